@@ -1,0 +1,133 @@
+"""Layered configuration: defaults < TOML file section < SEVENTS_* environment < command-line flags.
+
+Each program declares its settings as a frozen dataclass whose fields have simple types (str, int,
+float, bool, Path, tuple[str, ...], or Optional of those). ``build`` fills it from the layers,
+converts and validates every value, and raises one ConfigError listing every problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sevents.errors import ConfigError
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def env_name(prefix: str, field: str) -> str:
+    """The environment variable that sets ``field``: ``SEVENTS_`` + the field name in capitals."""
+    return f"{prefix}{field.upper()}"
+
+
+def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], list[str]]:
+    """The ``[section]`` table of a TOML file (or the top level when it has no such table)."""
+    if path is None:
+        return {}, []
+    try:
+        with path.open("rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        return {}, [f"config file {path} does not exist"]
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        return {}, [f"config file {path} cannot be read: {error}"]
+    table = document.get(section, document)
+    if not isinstance(table, dict):
+        return {}, [f"config file {path}: [{section}] is not a table"]
+    return table, []
+
+
+def build(
+    cls: type[T],
+    *,
+    file: Path | None = None,
+    section: str,
+    env: Mapping[str, str],
+    flags: Mapping[str, Any],
+    prefix: str = "SEVENTS_",
+    validate: Callable[[T], list[str]] | None = None,
+) -> T:
+    """Build ``cls`` from the layers; raise ConfigError listing every problem."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    from_file, problems = read_toml_section(file, section)
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    problems += [f"config file {file}: unknown setting {key!r}" for key in from_file if key not in known]
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        name = field.name
+        raw: Any = dataclasses.MISSING
+        origin = ""
+        if flags.get(name) is not None:
+            raw, origin = flags[name], f"--{name.replace('_', '-')}"
+        elif env_name(prefix, name) in env:
+            raw, origin = env[env_name(prefix, name)], env_name(prefix, name)
+        elif name in from_file:
+            raw, origin = from_file[name], f"{file} [{section}] {name}"
+        if raw is dataclasses.MISSING:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                problems.append(f"{name} is required (flag --{name.replace('_', '-')} or {env_name(prefix, name)})")
+            continue
+        try:
+            values[name] = convert(raw, hints[name])
+        except (TypeError, ValueError) as error:
+            problems.append(f"{origin}: {error}")
+    if problems:
+        raise ConfigError(problems)
+    settings = cls(**values)
+    if validate is not None:
+        problems = validate(settings)
+        if problems:
+            raise ConfigError(problems)
+    return settings
+
+
+def convert(raw: Any, hint: Any) -> Any:
+    """Convert a flag, environment string or TOML value to the declared type."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if raw is None or (isinstance(raw, str) and raw == "" and len(options) == 1 and options[0] is not str):
+            return None
+        return convert(raw, options[0])
+    if origin is tuple:
+        (item,) = typing.get_args(hint)[:1]
+        parts = [p.strip() for p in raw.split(",") if p.strip()] if isinstance(raw, str) else list(raw)
+        return tuple(convert(p, item) for p in parts)
+    if hint is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(f"expected true or false, got {raw!r}")
+    if hint is int:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+    if hint is float:
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {raw!r}") from None
+    if hint is Path:
+        return Path(str(raw)).expanduser()
+    if hint is str:
+        if not isinstance(raw, str | int | float):
+            raise ValueError(f"expected text, got {raw!r}")
+        return str(raw)
+    raise TypeError(f"unsupported setting type {hint!r}")
