@@ -1,7 +1,7 @@
 """Errors shared by every sevents process.
 
-    SeventsError
-    └── ConfigError      bad configuration: the process refuses to start and lists every problem
+SeventsError
+└── ConfigError      bad configuration: the process refuses to start and lists every problem
 """
 
 from __future__ import annotations

@@ -1,0 +1,86 @@
+"""Layered configuration: precedence, conversion, and one error listing every problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sevents.config import build
+from sevents.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Example:
+    url: str
+    interval_s: float = 1.0
+    retries: int = 3
+    verbose: bool = False
+    state_dir: Path = Path("/var/lib/example")
+    tags: tuple[str, ...] = ()
+    limit: int | None = None
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "example.toml"
+    path.write_text(text)
+    return path
+
+
+def test_flags_beat_environment_beat_file_beat_defaults(tmp_path: Path) -> None:
+    """Each layer overrides the one below it, field by field."""
+    file = write(tmp_path, '[example]\nurl = "http://file"\ninterval_s = 5\nretries = 7\n')
+    settings = build(
+        Example,
+        file=file,
+        section="example",
+        env={"SEVENTS_INTERVAL_S": "2.5", "SEVENTS_URL": "http://env"},
+        flags={"url": "http://flag", "verbose": None},
+    )
+    assert settings == Example(url="http://flag", interval_s=2.5, retries=7)
+
+
+def test_strings_from_the_environment_are_converted_to_the_declared_types() -> None:
+    """Booleans, tuples, paths and optional integers are parsed from environment text."""
+    env = {
+        "SEVENTS_URL": "u",
+        "SEVENTS_VERBOSE": "yes",
+        "SEVENTS_TAGS": "a, b,,c",
+        "SEVENTS_STATE_DIR": "/tmp/x",
+        "SEVENTS_LIMIT": "",
+    }
+    settings = build(Example, section="example", env=env, flags={})
+    assert settings.verbose is True
+    assert settings.tags == ("a", "b", "c")
+    assert settings.state_dir == Path("/tmp/x")
+    assert settings.limit is None
+
+
+def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+    """A bad configuration names all its problems, not only the first."""
+    file = write(tmp_path, '[example]\nretries = "many"\nbogus = 1\n')
+    with pytest.raises(ConfigError) as caught:
+        build(Example, file=file, section="example", env={"SEVENTS_VERBOSE": "perhaps"}, flags={})
+    text = "\n".join(caught.value.problems)
+    assert "url is required" in text
+    assert "unknown setting 'bogus'" in text
+    assert "expected an integer" in text
+    assert "expected true or false" in text
+    assert len(caught.value.problems) == 4
+
+
+def test_validation_problems_are_reported_after_conversion() -> None:
+    """A validator sees the built object and its problems become the ConfigError."""
+
+    def validate(settings: Example) -> list[str]:
+        return ["interval_s must be positive"] if settings.interval_s <= 0 else []
+
+    with pytest.raises(ConfigError, match="interval_s must be positive"):
+        build(Example, section="example", env={}, flags={"url": "u", "interval_s": -1}, validate=validate)
+
+
+def test_missing_config_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    """A config file that does not exist is reported as a configuration problem."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        build(Example, file=tmp_path / "nope.toml", section="example", env={}, flags={"url": "u"})
