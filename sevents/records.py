@@ -73,7 +73,9 @@ TRANSITION_FIELDS: Final = (
     "description",  # str or null (absent before 2019-04-01)
     "event_source",  # "Platform" | "User" or null (absent before 2019-08-01)
     "duration_s",  # DurationInSeconds: int, -1 unknown, null when absent (before 2020-07-01)
-    "changed_fields",  # list of field names for kind=updated, else []
+    # Event fields that changed (snake_case names as here): for updated; for status_changed the fields that
+    # changed along with the status (NotBefore blanking on Started not counted); for anomaly what changed; else []
+    "changed_fields",
     "anomaly",  # short reason for kind=anomaly, else ""
 )
 
@@ -93,7 +95,11 @@ HEARTBEAT_FIELDS: Final = (
 
 
 def transition_id(vm_id: str, event_id: str, incarnation: int, kind: str) -> str:
-    """The deterministic dedupe key of a transition, the same in the collector, on the wire and in ClickHouse."""
+    """The deterministic dedupe key of a transition, the same in the collector, on the wire and in ClickHouse.
+
+    Document-level anomalies (event_id "") pass ``"document: " + anomaly`` as ``event_id`` (the reason names the
+    incarnations), so two incarnation resets to the same number stay two records (collector/enrich.py).
+    """
     return _digest("t", vm_id, event_id, str(incarnation), kind)
 
 

@@ -1,0 +1,206 @@
+"""Typed value objects of the collector core: IMDS events and documents, the carried snapshot, transitions.
+
+Everything here is frozen and validated once, at the boundary where raw JSON becomes a typed object
+(``collector.decode`` for IMDS bodies, ``Snapshot.from_json`` for the state saved in the outbox).
+Datetimes are timezone-aware UTC throughout.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+# Event statuses IMDS documents (there is no "Completed": a finished event disappears).
+STATUS_SCHEDULED: Final = "Scheduled"
+STATUS_STARTED: Final = "Started"
+
+# Bumped when the snapshot JSON changes shape; from_json refuses versions it does not know.
+SNAPSHOT_VERSION: Final = 1
+# How many disappeared EventIds a snapshot remembers (a few KB of JSON; events are rare).
+GONE_MEMORY: Final = 256
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a Scheduled Events document, as IMDS sent it (absent optional fields are None)."""
+
+    event_id: str
+    event_type: str
+    resource_type: str
+    resources: tuple[str, ...]
+    status: str
+    not_before: datetime | None
+    description: str | None
+    event_source: str | None
+    duration_s: int | None
+
+
+@dataclass(frozen=True)
+class Document:
+    """A decoded Scheduled Events document: its incarnation and its events in document order."""
+
+    incarnation: int
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """An event as the snapshot remembers it, with the moment it was first observed in its current status."""
+
+    event: Event
+    since: datetime
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """State carried between polls; persisted by the outbox in the same transaction as the records it produced.
+
+    ``incarnation`` is None until the first document was diffed. ``events`` keeps document order.
+    ``observed_at`` is when the snapshot last changed. ``gone`` remembers the EventIds of the most recently
+    disappeared events (oldest first, at most ``GONE_MEMORY``), so that one coming back is noticed.
+    """
+
+    incarnation: int | None
+    events: tuple[Tracked, ...]
+    observed_at: datetime | None = None
+    gone: tuple[str, ...] = ()
+
+    @staticmethod
+    def empty() -> Snapshot:
+        """The state of a collector that never saw a document."""
+        return Snapshot(incarnation=None, events=(), observed_at=None, gone=())
+
+    def by_id(self) -> dict[str, Tracked]:
+        """The tracked events keyed by EventId."""
+        return {t.event.event_id: t for t in self.events}
+
+    def to_json(self) -> str:
+        """Canonical JSON; ``Snapshot.from_json(s.to_json()) == s`` exactly (microseconds kept)."""
+        body = {
+            "version": SNAPSHOT_VERSION,
+            "incarnation": self.incarnation,
+            "observed_at": _time_out(self.observed_at),
+            "events": [{"since": _time_out(t.since), **_event_out(t.event)} for t in self.events],
+            "gone": list(self.gone),
+        }
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @staticmethod
+    def from_json(text: str) -> Snapshot:
+        """Inverse of ``to_json``; raises ValueError if the text is not a snapshot this version wrote."""
+        try:
+            body = json.loads(text)
+            if type(body["version"]) is not int or body["version"] != SNAPSHOT_VERSION:
+                raise ValueError(f"unknown snapshot version {body['version']!r}")
+            incarnation = body["incarnation"]
+            if incarnation is not None and (type(incarnation) is not int):
+                raise ValueError(f"bad incarnation {incarnation!r}")
+            events = tuple(Tracked(event=_event_in(e), since=_time_in_required(e["since"])) for e in body["events"])
+            gone = tuple(body.get("gone", ()))
+            if not all(isinstance(g, str) for g in gone):
+                raise ValueError(f"bad gone list {gone!r}")
+            return Snapshot(
+                incarnation=incarnation, events=events, observed_at=_time_in(body["observed_at"]), gone=gone
+            )
+        except (KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise ValueError(f"not a snapshot: {e!r}") from e
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One change of one event (or of the document, when ``event_id`` is "") seen between two polls.
+
+    ``event`` is the event's new state, or its last known state for ``disappeared``; None only for
+    document-level anomalies. ``prev_observed_at`` is when the event was first observed in ``prev_status``.
+    """
+
+    kind: str
+    event_id: str
+    incarnation: int
+    status: str
+    prev_status: str
+    observed_at: datetime
+    prev_observed_at: datetime | None
+    event: Event | None
+    changed_fields: tuple[str, ...] = ()
+    anomaly: str = ""
+
+
+@dataclass(frozen=True)
+class VmIdentity:
+    """The observing VM's identity and topology, from instance metadata ("" / None where unknown)."""
+
+    vm_id: str
+    vm_name: str
+    location: str = ""
+    subscription_id: str = ""
+    resource_group: str = ""
+    resource_id: str = ""
+    zone: str = ""
+    fault_domain: int | None = None
+    update_domain: int | None = None
+    scale_set: str = ""
+
+    @staticmethod
+    def unknown() -> VmIdentity:
+        """The identity to use before instance metadata could be read."""
+        return VmIdentity(vm_id="", vm_name="")
+
+
+def _time_out(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(UTC).isoformat()
+
+
+def _time_in(text: Any) -> datetime | None:
+    if text is None:
+        return None
+    return _time_in_required(text)
+
+
+def _time_in_required(text: Any) -> datetime:
+    if not isinstance(text, str):
+        raise ValueError(f"bad timestamp {text!r}")
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"naive timestamp {text!r}")
+    return moment.astimezone(UTC)
+
+
+def _event_out(e: Event) -> dict[str, Any]:
+    return {
+        "event_id": e.event_id,
+        "event_type": e.event_type,
+        "resource_type": e.resource_type,
+        "resources": list(e.resources),
+        "status": e.status,
+        "not_before": _time_out(e.not_before),
+        "description": e.description,
+        "event_source": e.event_source,
+        "duration_s": e.duration_s,
+    }
+
+
+def _event_in(d: dict[str, Any]) -> Event:
+    strs = ("event_id", "event_type", "resource_type", "status")
+    if not all(isinstance(d[k], str) for k in strs):
+        raise ValueError(f"bad event {d!r}")
+    if not all(isinstance(r, str) for r in d["resources"]):
+        raise ValueError(f"bad resources {d['resources']!r}")
+    for k in ("description", "event_source"):
+        if d[k] is not None and not isinstance(d[k], str):
+            raise ValueError(f"bad {k} {d[k]!r}")
+    if d["duration_s"] is not None and type(d["duration_s"]) is not int:
+        raise ValueError(f"bad duration_s {d['duration_s']!r}")
+    return Event(
+        event_id=d["event_id"],
+        event_type=d["event_type"],
+        resource_type=d["resource_type"],
+        resources=tuple(d["resources"]),
+        status=d["status"],
+        not_before=_time_in(d["not_before"]),
+        description=d["description"],
+        event_source=d["event_source"],
+        duration_s=d["duration_s"],
+    )
