@@ -1,0 +1,185 @@
+"""``sevents-collector``: poll once, run the daemon, or show the outbox status."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from collector.agent import Agent, AgentError
+from collector.decode import DecodeError
+from collector.imds import ImdsError, ImdsInterrupted
+from collector.outbox import Outbox, OutboxError
+from collector.settings import CollectorSettings, load_settings
+from sevents import records
+from sevents.errors import ConfigError
+from sevents.logs import setup_logging
+from sevents.telemetry import make_meter_provider
+
+log = logging.getLogger("collector")
+
+EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL = 0, 1, 2, 3
+
+_HELP = {
+    "imds_url": "IMDS base URL; /metadata/... is appended (default http://169.254.169.254)",
+    "state_dir": "directory for outbox.sqlite and the lock file (default /var/lib/sevents-collector)",
+    "api_version": "Scheduled Events api-version, 2017-03-01 .. 2020-07-01 (default 2020-07-01)",
+    "instance_api_version": "instance metadata api-version (default 2021-02-01)",
+    "poll_interval": "seconds between polls (default 1)",
+    "heartbeat_interval": "seconds between heartbeat records (default 60)",
+    "instance_refresh": "seconds between instance metadata refreshes (default 300)",
+    "request_timeout": "read timeout in seconds once IMDS has answered once (default 10)",
+    "first_call_timeout": "read timeout of the first call, which may take up to 2 minutes (default 130)",
+    "min_request_interval": "minimum seconds between our IMDS requests (default 0.4; IMDS allows ~5/s per VM)",
+    "retry_deadline": "seconds one fetch keeps retrying 410/429/5xx/timeouts (default 75)",
+    "outbox_max_bytes": "bound of the outbox payload bytes (default 64 MiB); heartbeats give way first",
+    "discover_endpoint": "non-VNET VMs: take the IMDS address from DHCP option 245 in the lease files",
+    "dhcp_lease_globs": "comma-separated lease file globs searched for option 245",
+    "sink": "local (sevents-ingest reads the outbox; default) or eventhubs",
+    "ship_batch": "rows per batch sent to the sink (default 500)",
+    "ship_max_wait": "seconds a partial batch may wait before it is sent (default 1)",
+    "drain_timeout": "seconds SIGTERM may spend shipping what is left (default 10)",
+    "eventhubs_namespace": "Event Hubs namespace, fully qualified (managed identity)",
+    "eventhubs_name": "event hub name",
+    "eventhubs_connection_string_file": "file with a SAS connection string (or SEVENTS_EVENTHUBS_CONNECTION_STRING)",
+    "log_level": "debug, info, warning or error (default info)",
+}
+
+_EPILOG = """\
+Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME> environment variables
+< flags. The Event Hubs connection string is read only from SEVENTS_EVENTHUBS_CONNECTION_STRING or a file.
+IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
+
+exit status: 0 ok, 1 the poll failed (once), 2 invalid configuration (every problem is listed),
+3 fatal: outbox I/O error or the state directory is in use.
+"""
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file with a [collector] table")
+    for field in dataclasses.fields(CollectorSettings):
+        if field.name not in _HELP:
+            continue  # secrets have no flag
+        flag = "--" + field.name.replace("_", "-")
+        if field.type in (bool, "bool"):
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=_HELP[field.name])
+        else:
+            parser.add_argument(flag, default=None, metavar="VALUE", help=_HELP[field.name])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="sevents-collector",
+        description="Collect Azure Scheduled Events from IMDS into a durable outbox (and ship them).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    once = commands.add_parser(
+        "once",
+        help="poll once, commit, print the new transitions as JSON lines",
+        description="Poll IMDS once, commit what changed to the outbox in --state-dir, and print the new "
+        "transition records (with seq) as JSON lines on stdout. Repeated runs behave like the daemon's loop.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _settings_flags(once)
+    run = commands.add_parser(
+        "run",
+        help="the daemon: poll loop, heartbeats, shipping; SIGTERM drains and exits",
+        description="Poll IMDS every --poll-interval seconds, write a heartbeat every --heartbeat-interval, ship "
+        "the outbox to the sink, and on SIGTERM or SIGINT finish the current poll, drain and exit 0.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _settings_flags(run)
+    status = commands.add_parser("status", help="print the outbox state of --state-dir as JSON")
+    status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the collector's state dir")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``sevents-collector``."""
+    args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return _status(args.state_dir)
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    try:
+        settings = load_settings(file=args.config, flags=flags)
+    except ConfigError as error:
+        print(f"sevents-collector: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(settings.log_level)
+    try:
+        return _once(settings) if args.command == "once" else _run(settings)
+    except (AgentError, OutboxError) as error:
+        log.critical("collector stopped: %s", error, extra={"error": str(error)})
+        print(f"sevents-collector: fatal: {error}", file=sys.stderr)
+        return EXIT_FATAL
+
+
+def _once(settings: CollectorSettings) -> int:
+    agent = Agent(settings)
+    try:
+        try:
+            new = agent.poll_once()
+        except (ImdsError, DecodeError) as error:
+            print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
+            return EXIT_POLL_FAILED
+        out = sys.stdout
+        for record in new:
+            out.write(records.encode(record).decode() + "\n")
+        out.flush()
+        if agent.sink is not None:
+            agent.flush(settings.drain_timeout)
+        return EXIT_OK
+    finally:
+        agent.close()
+
+
+def _run(settings: CollectorSettings) -> int:
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    provider = make_meter_provider("sevents-collector")
+    agent = Agent(settings, meter_provider=provider)
+    try:
+        agent.run(stop)
+    except ImdsInterrupted:
+        pass
+    finally:
+        agent.close()
+        provider.shutdown()
+    return EXIT_OK
+
+
+def _status(state_dir: Path) -> int:
+    path = state_dir / "outbox.sqlite"
+    if not path.exists():
+        print(f"sevents-collector: no outbox at {path}", file=sys.stderr)
+        return EXIT_FATAL
+    with Outbox(path) as outbox:
+        status: dict[str, Any] = {
+            "outbox": str(path),
+            "depth": outbox.depth(),
+            "size_bytes": outbox.size_bytes(),
+            "last_seq": outbox.last_seq(),
+            "drops": outbox.drops(),
+            "has_snapshot": outbox.snapshot() is not None,
+        }
+    print(json.dumps(status, indent=2))
+    return EXIT_OK

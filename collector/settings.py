@@ -1,0 +1,130 @@
+"""The collector's configuration: one frozen object from TOML ``[collector]`` < ``SEVENTS_*`` env < flags.
+
+Durations are in seconds. Secrets (the Event Hubs connection string) come only from the environment or a
+file, never from a flag, and are kept out of ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from collector.dhcp import DEFAULT_LEASE_GLOBS
+from collector.imds import (
+    DEFAULT_API_VERSION,
+    DEFAULT_BASE_URL,
+    DEFAULT_INSTANCE_API_VERSION,
+    SCHEDULED_EVENTS_VERSIONS,
+)
+from sevents.config import build
+
+SECTION: Final = "collector"
+SINKS: Final = ("local", "eventhubs")
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+OUTBOX_FILE: Final = "outbox.sqlite"
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    """Everything one collector needs; see ``infra/systemd/collector.toml`` for a commented example."""
+
+    imds_url: str = DEFAULT_BASE_URL  # base URL; /metadata/... is appended
+    state_dir: Path = Path("/var/lib/sevents-collector")  # holds outbox.sqlite and the lock file
+    api_version: str = DEFAULT_API_VERSION  # Scheduled Events api-version (negotiated down if IMDS refuses)
+    instance_api_version: str = DEFAULT_INSTANCE_API_VERSION
+    poll_interval: float = 1.0  # Microsoft recommends polling once per second
+    heartbeat_interval: float = 60.0
+    instance_refresh: float = 300.0  # instance metadata rarely changes
+    request_timeout: float = 10.0  # read timeout once IMDS has answered once
+    first_call_timeout: float = 130.0  # the first call may take up to 2 minutes
+    min_request_interval: float = 0.4  # spacing of our requests: IMDS allows ~5/s per VM, shared by all agents
+    retry_deadline: float = 75.0  # one fetch retries 410/429/5xx this long (410 lasts up to ~70 s)
+    outbox_max_bytes: int = 64 * 2**20
+    discover_endpoint: bool = False  # non-VNET VMs: take the IMDS address from DHCP option 245
+    dhcp_lease_globs: tuple[str, ...] = DEFAULT_LEASE_GLOBS
+    sink: str = "local"  # local: sevents-ingest reads the outbox; eventhubs: ship to Event Hubs
+    ship_batch: int = 500
+    ship_max_wait: float = 1.0  # ship a partial batch once its oldest row waited this long
+    drain_timeout: float = 10.0  # on SIGTERM, how long shipping may take to empty the outbox
+    eventhubs_namespace: str = ""  # fully qualified, e.g. myns.servicebus.windows.net (managed identity)
+    eventhubs_name: str = ""
+    eventhubs_connection_string_file: Path | None = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
+    eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
+    log_level: str = "info"
+
+    @property
+    def outbox_path(self) -> Path:
+        """``<state_dir>/outbox.sqlite``."""
+        return self.state_dir / OUTBOX_FILE
+
+    def connection_string(self) -> str | None:
+        """The Event Hubs connection string from the environment or the file, or None (managed identity)."""
+        if self.eventhubs_connection_string:
+            return self.eventhubs_connection_string
+        if self.eventhubs_connection_string_file is not None:
+            return self.eventhubs_connection_string_file.read_text(encoding="utf-8").strip()
+        return None
+
+
+def validate(s: CollectorSettings) -> list[str]:
+    """Every problem with an otherwise well-typed settings object."""
+    problems: list[str] = []
+    url = urlsplit(s.imds_url)
+    if url.scheme != "http" or not url.hostname:
+        problems.append(f"imds_url must be an http:// URL (IMDS is plain HTTP), got {s.imds_url!r}")
+    if s.api_version not in SCHEDULED_EVENTS_VERSIONS:
+        problems.append(f"api_version {s.api_version!r} is not one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
+    positive = ("poll_interval", "heartbeat_interval", "instance_refresh", "request_timeout", "first_call_timeout")
+    for name in positive:
+        if getattr(s, name) <= 0:
+            problems.append(f"{name} must be positive, got {getattr(s, name)}")
+    for name in ("min_request_interval", "retry_deadline", "ship_max_wait", "drain_timeout"):
+        if getattr(s, name) < 0:
+            problems.append(f"{name} must not be negative, got {getattr(s, name)}")
+    if s.outbox_max_bytes < 64 * 1024:
+        problems.append(f"outbox_max_bytes must be at least 65536, got {s.outbox_max_bytes}")
+    if s.ship_batch < 1:
+        problems.append(f"ship_batch must be at least 1, got {s.ship_batch}")
+    if s.sink not in SINKS:
+        problems.append(f"sink must be one of {', '.join(SINKS)}, got {s.sink!r}")
+    if s.log_level.lower() not in LOG_LEVELS:
+        problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
+    if s.sink == "eventhubs":
+        problems += _eventhubs_problems(s)
+    return problems
+
+
+def _eventhubs_problems(s: CollectorSettings) -> list[str]:
+    problems: list[str] = []
+    file = s.eventhubs_connection_string_file
+    if file is not None and not file.is_file():
+        problems.append(f"eventhubs_connection_string_file {file} does not exist")
+    has_secret = bool(s.eventhubs_connection_string) or file is not None
+    if not has_secret and "." not in s.eventhubs_namespace:
+        problems.append(
+            "sink eventhubs needs eventhubs_namespace (fully qualified, e.g. myns.servicebus.windows.net) "
+            "or a connection string (SEVENTS_EVENTHUBS_CONNECTION_STRING or eventhubs_connection_string_file)"
+        )
+    if not s.eventhubs_name and not (has_secret and "EntityPath=" in s.eventhubs_connection_string):
+        problems.append("sink eventhubs needs eventhubs_name")
+    return problems
+
+
+def load_settings(
+    *, file: Path | None = None, flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> CollectorSettings:
+    """Build the settings from the layers; raises ``sevents.errors.ConfigError`` listing every problem."""
+    flags = dict(flags or {})
+    flags.pop("eventhubs_connection_string", None)  # secrets never come from a command line
+    return build(
+        CollectorSettings,
+        file=file,
+        section=SECTION,
+        env=os.environ if env is None else env,
+        flags=flags,
+        validate=validate,
+    )

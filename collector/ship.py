@@ -1,0 +1,154 @@
+"""The sink edge: move outbox rows to a destination, removing them only after it durably accepted them.
+
+Theory of operation. ``Shipper.run(stop)`` loops ``pending -> sink.send -> remove``. A row leaves the outbox
+only after ``send`` returned, so a crash at any point ships a row again at worst (the wire carries a
+deterministic record_id; downstream deduplicates). ``SinkError`` is retried with jittered backoff, waiting
+with ``stop.wait`` so shutdown interrupts it. Whether to ship now or let a batch fill is ``ship_now``, a pure
+function. With the default "local" sink nothing is shipped: ``sevents-ingest`` reads and removes the rows.
+
+Errors::
+
+    SinkError   the destination did not accept the rows (retryable; nothing was removed)
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from collector.outbox import Outbox, OutboxRow
+from sevents.retry import Backoff
+
+if TYPE_CHECKING:
+    from collector.settings import CollectorSettings
+
+log = logging.getLogger(__name__)
+
+
+class SinkError(Exception):
+    """The destination did not durably accept a batch; the rows stay in the outbox and are sent again."""
+
+
+class Sink(Protocol):
+    """Where outbox rows go when they leave the VM."""
+
+    def send(self, rows: Sequence[OutboxRow]) -> None:
+        """Return only once the destination durably accepted every row; raise SinkError otherwise."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def make_sink(settings: CollectorSettings) -> Sink | None:
+    """The sink the settings name; None for "local" (the rows stay for ``sevents-ingest``)."""
+    if settings.sink == "local":
+        return None
+    if settings.sink == "eventhubs":
+        # Imported only when asked for: it pulls in the Azure SDK.
+        module = importlib.import_module("collector.ship_eventhubs")
+        factory: Callable[[CollectorSettings], Sink] = module.EventHubsSink.from_settings
+        return factory(settings)
+    raise ValueError(f"unknown sink {settings.sink!r}")
+
+
+def ship_now(pending: int, waited_s: float, *, batch: int, max_wait_s: float, draining: bool) -> bool:
+    """Whether to send what is pending now: a full batch, a batch that waited long enough, or a drain."""
+    if pending <= 0:
+        return False
+    return draining or pending >= batch or waited_s >= max_wait_s
+
+
+class Shipper:
+    """The worker that empties an outbox into a sink: ``run(stop)``, ``flush(timeout)``, ``shutdown(timeout)``."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        sink: Sink,
+        *,
+        batch: int = 500,
+        max_wait_s: float = 1.0,
+        idle_s: float = 0.2,
+        backoff: Backoff | None = None,
+        on_shipped: Callable[[int], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._outbox = outbox
+        self._sink = sink
+        self._batch = batch
+        self._max_wait_s = max_wait_s
+        self._idle_s = idle_s
+        self._backoff = backoff or Backoff(initial=0.5, cap=30.0)
+        self._on_shipped = on_shipped or (lambda n: None)
+        self._monotonic = monotonic
+        self._wake = threading.Event()
+        self.shipped = 0
+        self.failures = 0
+
+    def wake(self) -> None:
+        """New rows were committed: look at the outbox now instead of at the next idle tick."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Ship until ``stop`` is set (then return; call ``shutdown`` to drain)."""
+        first_seen: float | None = None
+        attempt = 0
+        while not stop.is_set():
+            rows = self._outbox.pending(self._batch)
+            now = self._monotonic()
+            if rows and first_seen is None:
+                first_seen = now
+            waited = 0.0 if first_seen is None else now - first_seen
+            if not ship_now(len(rows), waited, batch=self._batch, max_wait_s=self._max_wait_s, draining=False):
+                self._wake.wait(self._idle_s if not rows else max(0.0, self._max_wait_s - waited))
+                self._wake.clear()
+                continue
+            if self._send(rows):
+                attempt, first_seen = 0, None
+                continue
+            attempt += 1
+            if stop.wait(self._backoff.delay(attempt)):
+                return
+
+    def flush(self, timeout: float) -> bool:
+        """Ship everything pending now, retrying until ``timeout``; whether the outbox is empty."""
+        deadline = self._monotonic() + timeout
+        attempt = 0
+        never = threading.Event()
+        while True:
+            rows = self._outbox.pending(self._batch)
+            if not rows:
+                return True
+            if self._send(rows):
+                attempt = 0
+                continue
+            attempt += 1
+            delay = self._backoff.delay(attempt)
+            if self._monotonic() + delay > deadline:
+                return False
+            never.wait(delay)
+
+    def shutdown(self, timeout: float) -> int:
+        """Drain for up to ``timeout`` seconds, close the sink, and report how many rows are left pending."""
+        self.flush(timeout)
+        left = self._outbox.depth()
+        self._sink.close()
+        if left:
+            log.warning("shipper stopped with rows left in the outbox (shipped on next start)", extra={"left": left})
+        return left
+
+    def _send(self, rows: Sequence[OutboxRow]) -> bool:
+        try:
+            self._sink.send(rows)
+        except SinkError as error:
+            self.failures += 1
+            log.warning("sink refused a batch; will retry", extra={"rows": len(rows), "error": str(error)})
+            return False
+        self._outbox.remove(row.seq for row in rows)
+        self.shipped += len(rows)
+        self._on_shipped(len(rows))
+        return True

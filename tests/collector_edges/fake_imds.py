@@ -1,0 +1,165 @@
+"""A scriptable IMDS on 127.0.0.1:0 speaking the real protocol (headers, api-versions, paths, errors)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+SE_VERSIONS = ("2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01")
+
+INSTANCE = {
+    "compute": {
+        "vmId": "02aab8a4-74ef-476e-8182-f6d2ba4166a6",
+        "name": "web-0",
+        "location": "westeurope",
+        "subscriptionId": "8d10da13-8125-4ba9-a717-bf7490507b3d",
+        "resourceGroupName": "rg-web",
+        "resourceId": "/subscriptions/8d10da13-8125-4ba9-a717-bf7490507b3d/resourceGroups/rg-web/providers/"
+        "Microsoft.Compute/virtualMachines/web-0",
+        "zone": "2",
+        "platformFaultDomain": "1",
+        "platformUpdateDomain": "4",
+        "vmScaleSetName": "",
+    }
+}
+
+
+def event(
+    event_id: str,
+    status: str = "Scheduled",
+    event_type: str = "Reboot",
+    not_before: str = "Mon, 19 Sep 2016 18:29:47 GMT",
+) -> dict[str, Any]:
+    """One event as IMDS 2020-07-01 sends it."""
+    return {
+        "EventId": event_id,
+        "EventType": event_type,
+        "ResourceType": "VirtualMachine",
+        "Resources": ["web-0"],
+        "EventStatus": status,
+        "NotBefore": "" if status == "Started" else not_before,
+        "Description": "Host server is undergoing maintenance.",
+        "EventSource": "Platform",
+        "DurationInSeconds": 7,
+    }
+
+
+@dataclass
+class Seen:
+    """One request the server received."""
+
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    at: float
+    incarnation: int | None = None
+
+
+@dataclass
+class Scripted:
+    """A response to give instead of the document, once."""
+
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+class FakeImds:
+    """IMDS for one VM: ``document`` and ``instance`` are served; ``script`` queues one-off responses."""
+
+    def __init__(self, *, versions: tuple[str, ...] = SE_VERSIONS) -> None:
+        self.versions = versions
+        self.document: dict[str, Any] = {"DocumentIncarnation": 0, "Events": []}
+        self.instance: dict[str, Any] = json.loads(json.dumps(INSTANCE))
+        self.script: deque[Scripted] = deque()
+        self.seen: list[Seen] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.handle(self)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def start(self) -> FakeImds:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def set_document(self, incarnation: int, events: list[dict[str, Any]]) -> None:
+        with self.lock:
+            self.document = {"DocumentIncarnation": incarnation, "Events": events}
+
+    def scheduled(self) -> list[Seen]:
+        """The Scheduled Events requests received so far."""
+        with self.lock:
+            return [s for s in self.seen if s.path.endswith("scheduledevents")]
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(request.path)
+        query = parse_qs(url.query)
+        seen = Seen(url.path, query, dict(request.headers.items()), time.monotonic())
+        with self.lock:
+            self.seen.append(seen)
+            scripted = self.script.popleft() if self.script and url.path.endswith("scheduledevents") else None
+            document = self.document
+        if scripted is not None:
+            time.sleep(scripted.delay)
+            return _reply(request, scripted.status, scripted.body, scripted.headers)
+        if request.headers.get("Metadata") != "true":
+            return _reply(request, 400, json.dumps({"error": "Bad request. Required metadata header not specified"}))
+        if "X-Forwarded-For" in request.headers:
+            return _reply(request, 400, json.dumps({"error": "Bad request. X-Forwarded-For header is not allowed"}))
+        version = query.get("api-version", [""])[0]
+        if url.path in ("/metadata/scheduledevents", "/metadata/latest/scheduledevents"):
+            if version not in self.versions or (
+                url.path.endswith("latest/scheduledevents") != (version == "2017-03-01")
+            ):
+                body = {
+                    "error": "Bad request. api-version is invalid",
+                    "newest-versions": sorted(self.versions)[::-1][:3],
+                }
+                return _reply(request, 400, json.dumps(body))
+            seen.incarnation = document["DocumentIncarnation"]
+            return _reply(request, 200, json.dumps(document))
+        if url.path == "/metadata/instance":
+            return _reply(request, 200, json.dumps(self.instance))
+        return _reply(request, 404, json.dumps({"error": "Not found"}))
+
+
+def _reply(
+    request: BaseHTTPRequestHandler, status: int, body: bytes | str, headers: dict[str, str] | None = None
+) -> None:
+    data = body.encode() if isinstance(body, str) else body
+    try:
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json; charset=utf-8")
+        request.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            request.send_header(name, value)
+        request.end_headers()
+        request.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass

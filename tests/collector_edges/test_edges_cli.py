@@ -1,0 +1,187 @@
+"""The ``sevents-collector`` command as a real subprocess: once, run + SIGTERM, proxies, bad config, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from collector.outbox import Outbox
+from sevents import records
+from tests.collector_edges.fake_imds import FakeImds, Scripted, event
+
+COLLECTOR = str(Path(sys.executable).parent / "sevents-collector")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEVENTS_") and "PROXY" not in k.upper()}
+    env.update(extra)
+    return env
+
+
+def once(imds: FakeImds, state: Path, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [COLLECTOR, "once", "--imds-url", imds.base_url, "--state-dir", str(state), "--min-request-interval", "0"],
+        capture_output=True,
+        env=env or clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    return [json.loads(line) for line in result.stdout.decode().splitlines()]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_once_repeated_follows_the_documents(imds: FakeImds, tmp_path: Path) -> None:
+    """Repeated `once` runs print exactly the new transitions of each document change, nothing twice."""
+    state = tmp_path / "state"
+    steps: list[tuple[int, list[dict[str, Any]], list[tuple[str, str]]]] = [
+        (1, [event("a")], [("appeared", "a")]),
+        (1, [event("a")], []),
+        (2, [event("a"), event("b", event_type="Freeze")], [("appeared", "b")]),
+        (3, [event("a", status="Started"), event("b", event_type="Freeze")], [("status_changed", "a")]),
+        (4, [event("b", event_type="Freeze")], [("disappeared", "a")]),
+        (5, [], [("disappeared", "b")]),
+        (5, [], []),
+    ]
+    printed: list[dict[str, Any]] = []
+    for incarnation, events, expected in steps:
+        imds.set_document(incarnation, events)
+        lines = once(imds, state)
+        assert [(r["kind"], r["event_id"]) for r in lines] == expected
+        for record in lines:
+            assert set(record) == set(records.TRANSITION_FIELDS)
+        printed += lines
+    assert [r["seq"] for r in printed] == list(range(1, len(printed) + 1))
+    assert len({r["transition_id"] for r in printed}) == len(printed)
+    with Outbox(state / "outbox.sqlite") as outbox:
+        assert [json.loads(r.payload) for r in outbox.pending()] == printed
+
+
+def test_black_hole_proxy_does_not_stop_polling(imds: FakeImds, tmp_path: Path) -> None:
+    """HTTP_PROXY/HTTPS_PROXY pointing at a closed port are ignored: the poll reaches IMDS directly."""
+    hole = f"http://127.0.0.1:{closed_port()}"
+    env = clean_env(HTTP_PROXY=hole, HTTPS_PROXY=hole, http_proxy=hole, https_proxy=hole, ALL_PROXY=hole)
+    imds.set_document(1, [event("a")])
+    assert [r["event_id"] for r in once(imds, tmp_path / "state", env)] == ["a"]
+    assert all(s.headers.get("Metadata") == "true" for s in imds.seen)
+
+
+def run_collector(imds: FakeImds, state: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [COLLECTOR, "run", "--imds-url", imds.base_url, "--state-dir", str(state), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+    )
+
+
+def wait_for(condition: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_sigterm_drains_and_exits_zero(imds: FakeImds, tmp_path: Path) -> None:
+    """The daemon polls, writes a heartbeat, and on SIGTERM exits 0 with its records committed."""
+    imds.set_document(1, [event("a")])
+    state = tmp_path / "state"
+    process = run_collector(imds, state, "--poll-interval", "0.1", "--min-request-interval", "0")
+    try:
+        wait_for(lambda: len(imds.scheduled()) >= 3)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()
+    _, err = process.communicate()
+    assert b"collector stopped" in err
+    with Outbox(state / "outbox.sqlite") as outbox:
+        types = [r.record_type for r in outbox.pending()]
+    assert types.count("transition") == 1
+    assert types.count("heartbeat") >= 1
+
+
+def test_sigterm_interrupts_a_slow_first_call(imds: FakeImds, tmp_path: Path) -> None:
+    """While IMDS is in its slow first call, SIGTERM still ends the daemon promptly with status 0."""
+    imds.instance = {"compute": {"vmId": "x"}}
+    imds.script.append(Scripted(200, b'{"DocumentIncarnation": 1, "Events": []}', delay=60))
+    process = run_collector(imds, tmp_path / "state", "--min-request-interval", "0")
+    try:
+        wait_for(lambda: len(imds.scheduled()) >= 1)
+        time.sleep(0.3)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        assert time.monotonic() - started < 3.0
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_bad_config_lists_every_problem(tmp_path: Path) -> None:
+    """`run` with several bad settings exits 2 and names each of them."""
+    config = tmp_path / "collector.toml"
+    config.write_text('[collector]\nsink = "kafka"\npoll_intervall = 1\n')
+    result = subprocess.run(
+        [COLLECTOR, "run", "--config", str(config), "--imds-url", "https://imds", "--api-version", "1999-01-01"],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "poll_intervall" in err  # unknown key in the file (reported before conversion)
+    fixed = config.read_text().replace("poll_intervall = 1\n", "")
+    config.write_text(fixed)
+    result = subprocess.run(
+        [COLLECTOR, "run", "--config", str(config), "--imds-url", "https://imds", "--api-version", "1999-01-01"],
+        capture_output=True,
+        env=clean_env(SEVENTS_HEARTBEAT_INTERVAL="-5"),
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    for name in ("sink", "imds_url", "api_version", "heartbeat_interval"):
+        assert name in err
+
+
+def test_status_reports_the_outbox(imds: FakeImds, tmp_path: Path) -> None:
+    """`status` prints depth, last seq and drops of a state dir as JSON."""
+    imds.set_document(1, [event("a"), event("b")])
+    once(imds, tmp_path / "state")
+    result = subprocess.run(
+        [COLLECTOR, "status", "--state-dir", str(tmp_path / "state")], capture_output=True, timeout=30, check=True
+    )
+    status = json.loads(result.stdout)
+    assert (status["depth"], status["last_seq"], status["drops"], status["has_snapshot"]) == (2, 2, {}, True)
+
+
+def test_outbox_failure_is_fatal_and_loud(imds: FakeImds, tmp_path: Path) -> None:
+    """An outbox that cannot be opened stops the collector with status 3 and says why."""
+    state = tmp_path / "state"
+    (state / "outbox.sqlite").mkdir(parents=True)
+    result = subprocess.run(
+        [COLLECTOR, "once", "--imds-url", imds.base_url, "--state-dir", str(state)],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 3
+    assert b"fatal" in result.stderr and b"outbox" in result.stderr
+    assert imds.seen == []

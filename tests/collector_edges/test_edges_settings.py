@@ -1,0 +1,95 @@
+"""Collector settings and instance metadata parsing: layering, every problem listed, identity fields."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.instance import identity_from_json, identity_to_json, parse_instance
+from collector.model import VmIdentity
+from collector.settings import load_settings
+from sevents.errors import ConfigError
+from tests.collector_edges.fake_imds import INSTANCE
+
+
+def test_layers_file_env_flags(tmp_path: Path) -> None:
+    """A flag beats the environment, which beats the [collector] table of the file."""
+    config = tmp_path / "collector.toml"
+    config.write_text('[collector]\npoll_interval = 2.0\nheartbeat_interval = 30\nimds_url = "http://10.0.0.1"\n')
+    env = {"SEVENTS_HEARTBEAT_INTERVAL": "45", "SEVENTS_IMDS_URL": "http://10.0.0.2"}
+    s = load_settings(file=config, env=env, flags={"imds_url": "http://10.0.0.3"})
+    assert (s.poll_interval, s.heartbeat_interval, s.imds_url) == (2.0, 45.0, "http://10.0.0.3")
+    assert s.outbox_path == s.state_dir / "outbox.sqlite"
+
+
+def test_every_problem_is_listed(tmp_path: Path) -> None:
+    """Several bad values produce one ConfigError naming each of them."""
+    env = {"SEVENTS_POLL_INTERVAL": "fast", "SEVENTS_SINK": "kafka", "SEVENTS_API_VERSION": "2021-01-01"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env=env, flags={"imds_url": "https://169.254.169.254", "heartbeat_interval": "0"})
+    text = str(caught.value)
+    assert "SEVENTS_POLL_INTERVAL" in text
+    # Conversion problems stop before validation; fix them and the rest is listed together.
+    with pytest.raises(ConfigError) as caught:
+        load_settings(
+            env={"SEVENTS_SINK": "kafka", "SEVENTS_API_VERSION": "2021-01-01"}, flags={"imds_url": "https://x"}
+        )
+    problems = caught.value.problems
+    assert any("sink" in p for p in problems)
+    assert any("api_version" in p for p in problems)
+    assert any("imds_url" in p for p in problems)
+    assert len(problems) == 3
+
+
+def test_eventhubs_needs_a_destination() -> None:
+    """sink = eventhubs without namespace, name or connection string lists both missing pieces."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"SEVENTS_SINK": "eventhubs"})
+    assert len(caught.value.problems) == 2
+    ok = load_settings(
+        env={"SEVENTS_SINK": "eventhubs", "SEVENTS_EVENTHUBS_CONNECTION_STRING": "Endpoint=sb://x/;EntityPath=hub"}
+    )
+    assert ok.connection_string() == "Endpoint=sb://x/;EntityPath=hub"
+    assert "Endpoint" not in repr(ok)
+
+
+def test_connection_string_never_from_flags() -> None:
+    """A connection string passed as a flag is ignored (secrets stay off command lines)."""
+    s = load_settings(env={}, flags={"eventhubs_connection_string": "Endpoint=sb://leak/"})
+    assert s.eventhubs_connection_string == ""
+
+
+def test_parse_instance_reads_every_identity_field() -> None:
+    """An instance metadata document maps to every VmIdentity field, domains as integers."""
+    vm = parse_instance(json.dumps(INSTANCE).encode())
+    assert vm == VmIdentity(
+        vm_id="02aab8a4-74ef-476e-8182-f6d2ba4166a6",
+        vm_name="web-0",
+        location="westeurope",
+        subscription_id="8d10da13-8125-4ba9-a717-bf7490507b3d",
+        resource_group="rg-web",
+        resource_id=INSTANCE["compute"]["resourceId"],
+        zone="2",
+        fault_domain=1,
+        update_domain=4,
+        scale_set="",
+    )
+    assert identity_from_json(identity_to_json(vm)) == vm
+
+
+def test_parse_instance_old_versions() -> None:
+    """An old (2017-03-01) document without domains, zone or resource id still yields an identity."""
+    vm = parse_instance(b'{"compute": {"vmId": "abc", "name": "old", "location": "eastus"}}')
+    assert (vm.vm_id, vm.fault_domain, vm.zone, vm.resource_id) == ("abc", None, "", "")
+
+
+@given(st.binary())
+def test_parse_instance_raises_only_value_error(body: bytes) -> None:
+    """Arbitrary bytes either parse to an identity with a vmId or raise ValueError, nothing else."""
+    with contextlib.suppress(ValueError):
+        assert parse_instance(body).vm_id
