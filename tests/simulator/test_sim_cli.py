@@ -1,0 +1,81 @@
+"""The ``sevents-imds-sim`` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import requests
+
+from simulator import BUILTIN_SCENARIOS
+
+SIM = [sys.executable, "-m", "simulator.cli"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SIM, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_help_explains_urls_and_control_endpoints() -> None:
+    """--help explains the per-VM base URL, the control endpoints and the speed factor."""
+    out = run("--help")
+    assert out.returncode == 0
+    for needle in ("/vm/NAME", "/_sim/truth", "/_sim/faults", "--speed", "--exit-when-done", "--list-scenarios"):
+        assert needle in out.stdout
+
+
+def test_list_scenarios() -> None:
+    """--list-scenarios prints every built-in scenario with its description."""
+    out = run("--list-scenarios")
+    assert out.returncode == 0
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    assert names == sorted(BUILTIN_SCENARIOS)
+
+
+def test_bad_scenario_is_a_clear_error(tmp_path: Path) -> None:
+    """An unknown scenario or an invalid file exits 2 naming the problem."""
+    out = run("--scenario", "no-such-thing")
+    assert out.returncode == 2 and "no-such-thing" in out.stderr and "demo" in out.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[fleet.groups]]\nname = "a"\n[[events]]\ngroup = "b"\nat = 0\n')
+    out = run("--scenario", str(bad))
+    assert out.returncode == 2 and "unknown group 'b'" in out.stderr
+    assert run("--speed", "0").returncode == 2
+
+
+def test_runs_a_scenario_logs_and_exits_when_done(tmp_path: Path) -> None:
+    """With --port 0 the base URL is the first stdout line; events are logged; truth is written at exit."""
+    truth = tmp_path / "truth.json"
+    args = ["--scenario", "live-migration", "--speed", "600", "--port", "0", "--exit-when-done", "--linger", "0"]
+    proc = subprocess.Popen(
+        [*SIM, *args, "--truth-out", str(truth)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:")
+        with requests.Session() as http:
+            http.trust_env = False
+            r = http.get(
+                f"{base_url}/vm/web-0/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"}
+            )
+            assert r.status_code == 200 and "DocumentIncarnation" in r.json()
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    logs = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    messages = [entry["message"] for entry in logs]
+    for message in (
+        "simulator started",
+        "event scheduled",
+        "event approved",
+        "event started",
+        "event ended",
+        "scenario done",
+    ):
+        assert message in messages
+    rows = json.loads(truth.read_text())
+    assert len(rows) == 4 and {row["outcome"] for row in rows} == {"completed"}
