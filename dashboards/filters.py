@@ -1,0 +1,91 @@
+"""The template variables every sevents dashboard shares and the SQL filters that apply them.
+
+Each filter is wrapped in ``$__conditionalAll`` so that "All" costs nothing (the plugin turns it into
+``1=1``) and events seen by no VM of the fleet still show. VM attributes (subscription, location, scale
+set, fault domain, name) filter on the VMs an event *affects* (``affects_this_vm``), so picking a VM shows
+the maintenance that hits it, not everything its availability set was told about.
+"""
+
+# Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from dashboards import grafana
+
+DB: Final = "sevents"
+EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+SILENT_AFTER_S: Final = 300  # a collector without a heartbeat for five minutes counts as silent
+
+# (variable name, label, column in tables that carry the observing VM's identity)
+VM_VARIABLES: Final = (
+    ("subscription", "Subscription", "subscription_id"),
+    ("location", "Location", "location"),
+    ("scale_set", "Scale set", "scale_set"),
+    ("fault_domain", "Fault domain", "toString(fault_domain)"),
+    ("vm", "VM", "vm_name"),
+)
+
+
+def _any(column: str, variable: str) -> str:
+    return f"$__conditionalAll({column} IN (${variable}), ${variable})"
+
+
+def vm_filter(skip: tuple[str, ...] = ()) -> str:
+    """For tables with VM columns (transitions, heartbeats, heartbeats_latest)."""
+    return " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES if name not in skip)
+
+
+def event_type_filter() -> str:
+    return _any("event_type", "event_type")
+
+
+def _affected(key: str, column: str, variable: str) -> str:
+    return (
+        f"$__conditionalAll({key} IN (SELECT {key} FROM {DB}.transitions "
+        f"WHERE affects_this_vm AND {column} IN (${variable})), ${variable})"
+    )
+
+
+def event_filter() -> str:
+    """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes."""
+    vm_parts = [_affected("event_id", column, name) for name, _, column in VM_VARIABLES]
+    return " AND ".join([event_type_filter(), *vm_parts])
+
+
+def event_vm_filter() -> str:
+    """For the ``event_vms`` view: it has every VM column but the subscription."""
+    parts = [event_type_filter(), _affected("vm_id", "subscription_id", "subscription")]
+    parts += [_any(column, name) for name, _, column in VM_VARIABLES if name != "subscription"]
+    return " AND ".join(parts)
+
+
+def event_in_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
+    """The event overlaps the dashboard's time range (still-active events have no end)."""
+    return f"{first} <= $__toTime AND ({last} IS NULL OR {last} >= $__fromTime)"
+
+
+def _option_query(column: str, upstream: tuple[str, ...]) -> str:
+    where = [f"{column} IS NOT NULL"] + [_any(col, name) for name, _, col in VM_VARIABLES if name in upstream]
+    return (
+        f"SELECT DISTINCT {column} AS value FROM {DB}.heartbeats_latest FINAL "
+        f"WHERE {' AND '.join(where)} ORDER BY value"
+    )
+
+
+def variables() -> list[dict[str, Any]]:
+    """Data source, the VM cascade (each narrowed by the ones before it) and the event type."""
+    out = [grafana.datasource_variable()]
+    upstream: tuple[str, ...] = ()
+    for name, label, column in VM_VARIABLES:
+        out.append(grafana.query_variable(name, label, _option_query(column, upstream)))
+        upstream = (*upstream, name)
+    out.append(grafana.custom_variable("event_type", "Event type", EVENT_TYPES))
+    return out
+
+
+def fmt_list(column: str) -> str:
+    """An array column as one comma-separated string (tables and alert labels)."""
+    return f"arrayStringConcat(arrayMap(x -> toString(x), {column}), ', ')"

@@ -1,0 +1,117 @@
+"""Fleet overview: what is active now, what is coming (with NotBefore), who is reporting, dead letters."""
+
+# Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards import filters as f
+from dashboards import grafana as g
+from dashboards.filters import DB
+
+DESTRUCTIVE = "('Reboot', 'Redeploy', 'Terminate', 'Preempt')"
+TIMELINE_LINK = "/d/sevents-timeline/maintenance-timeline?var-event_id=${__value.raw}&${__url_time_range}"
+
+
+def event_link_override(column: str = "event_id") -> dict[str, Any]:
+    """Clicking an EventId opens its drill-down on the timeline dashboard."""
+    return {
+        "matcher": {"id": "byName", "options": column},
+        "properties": [{"id": "links", "value": [{"title": "Drill down", "url": TIMELINE_LINK}]}],
+    }
+
+
+def _stat(title: str, sql: str, description: str, width: int = 6, unit: str = "none") -> g.Panel:
+    return g.Panel(
+        title,
+        "stat",
+        sql,
+        width=width,
+        height=5,
+        description=description,
+        unit=unit,
+        options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "textMode": "auto"},
+    )
+
+
+def panels() -> list[g.Panel | g.Row]:
+    active = f"outcome = 'active' AND {f.event_filter()}"
+    return [
+        _stat(
+            "Events active now",
+            f"SELECT count() AS active FROM {DB}.events WHERE {active}",
+            "EventIds some collector still sees in IMDS (Scheduled or Started).",
+        ),
+        _stat(
+            "Collectors",
+            f"SELECT countIf(observed_at >= now() - INTERVAL {f.SILENT_AFTER_S} SECOND) AS reporting, "
+            f"countIf(observed_at < now() - INTERVAL {f.SILENT_AFTER_S} SECOND) AS silent "
+            f"FROM {DB}.heartbeats_latest FINAL WHERE {f.vm_filter()}",
+            "Reporting: a heartbeat in the last five minutes. Silent: none since.",
+            width=9,
+        ),
+        _stat(
+            "Dead letters",
+            f"SELECT count() AS dead_letters FROM {DB}.dead_letters FINAL WHERE $__timeFilter(received_at)",
+            "Records the ingest could not load, in the time range (not filtered by VM).",
+            width=9,
+        ),
+        g.Panel(
+            "Upcoming Reboot, Redeploy, Terminate and Preempt",
+            "table",
+            "SELECT not_before_last AS not_before, dateDiff('second', now(), not_before_last) AS starts_in_s, "
+            "event_id, event_type, ifNull(event_source, '') AS source, affected_vm_count AS affected, "
+            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domains')} AS fault_domains, "
+            f"first_seen_at FROM {DB}.events WHERE {active} AND started_at IS NULL "
+            f"AND event_type IN {DESTRUCTIVE} ORDER BY not_before_last, event_id",
+            width=24,
+            description="Scheduled, not started yet; NotBefore is the latest one IMDS announced.",
+            field_config={"overrides": [event_link_override()]},
+        ),
+        g.Panel(
+            "Active events by type",
+            "bargauge",
+            f"SELECT event_type, count() AS events FROM {DB}.events WHERE {active} "
+            "GROUP BY event_type ORDER BY event_type",
+            width=8,
+            options={
+                "displayMode": "basic",
+                "orientation": "horizontal",
+                "reduceOptions": {"calcs": ["lastNotNull"], "values": True},
+            },
+        ),
+        g.Panel(
+            "Events first seen, by type",
+            "timeseries",
+            f"SELECT $__timeInterval(first_seen_at) AS time, event_type, count() AS events "
+            f"FROM {DB}.events WHERE $__timeFilter(first_seen_at) AND {f.event_filter()} "
+            "GROUP BY time, event_type ORDER BY time",
+            format=g.FORMAT_TIME_SERIES,
+            width=16,
+            field_config={"defaults": {"custom": {"drawStyle": "bars", "stacking": {"mode": "normal"}}}},
+        ),
+        g.Panel(
+            "Silent collectors",
+            "table",
+            "SELECT vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
+            "observed_at AS last_heartbeat, dateDiff('second', observed_at, now()) AS silent_s, "
+            f"collector_version FROM {DB}.heartbeats_latest FINAL "
+            f"WHERE observed_at < now() - INTERVAL {f.SILENT_AFTER_S} SECOND AND {f.vm_filter()} "
+            "ORDER BY silent_s DESC, vm_name",
+            width=24,
+            description="No heartbeat for five minutes: the VM is down, the collector stopped, or shipping is stuck.",
+        ),
+    ]
+
+
+def build() -> dict[str, Any]:
+    return g.dashboard(
+        "sevents-fleet",
+        "Fleet overview",
+        panels(),
+        f.variables(),
+        description="Azure Scheduled Events across the fleet: active, upcoming, collectors, dead letters.",
+        links=[{"title": "sevents", "type": "dashboards", "tags": ["sevents"], "asDropdown": True}],
+    )

@@ -1,0 +1,198 @@
+"""``sevents-ingest report``: one self-contained HTML incident report (timeline, approval, impact, events).
+
+The file needs nothing but a browser: charts are inline SVG, styles inline, no network. ``collect`` reads
+ClickHouse (parameterised queries, reusing ``ingest.queries``); ``select`` applies the filters and
+``render`` builds the page, both pure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dashboards.report_html import render
+from ingest import queries
+
+log = logging.getLogger(__name__)
+
+LANES = queries.Query(
+    "report_lanes",
+    "Per affected VM: when each event of a window was Scheduled and Started on it",
+    """
+SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name, v.fault_domain AS fault_domain,
+       v.first_seen_at AS first_seen_at, v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome
+FROM event_vms AS v
+WHERE v.affects_this_vm AND v.event_id IN (
+    SELECT event_id FROM events
+    WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+ORDER BY fault_domain, vm_name, first_seen_at, event_id
+""",
+    {"since": "DateTime64", "until": "DateTime64"},
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the report covers: a window on first seen, and optional type, VM, fault domain and EventId lists."""
+
+    since: datetime
+    until: datetime
+    event_types: tuple[str, ...] = ()
+    vms: tuple[str, ...] = ()
+    fault_domains: tuple[int, ...] = ()
+    event_ids: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        parts = [f"first seen {self.since:%Y-%m-%d %H:%M:%S} to {self.until:%Y-%m-%d %H:%M:%S} UTC"]
+        for label, values in (
+            ("types", self.event_types),
+            ("VMs", self.vms),
+            ("fault domains", self.fault_domains),
+            ("events", self.event_ids),
+        ):
+            if values:
+                parts.append(f"{label}: {', '.join(str(v) for v in values)}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """The rows a report is drawn from: one per event, one per (event, affected VM)."""
+
+    filters: Filters
+    events: list[dict[str, Any]] = field(default_factory=list)
+    lanes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _event_kept(event: dict[str, Any], f: Filters, vms_of: dict[str, set[str]]) -> bool:
+    if f.event_types and event["event_type"] not in f.event_types:
+        return False
+    if f.event_ids and event["event_id"] not in f.event_ids:
+        return False
+    if f.fault_domains and not set(event.get("fault_domains") or ()) & set(f.fault_domains):
+        return False
+    return not f.vms or bool(vms_of.get(event["event_id"], set()) & set(f.vms))
+
+
+def select(data: ReportData) -> ReportData:
+    """Only the events and lanes the filters ask for (pure)."""
+    f = data.filters
+    vms_of: dict[str, set[str]] = {}
+    for lane in data.lanes:
+        vms_of.setdefault(lane["event_id"], set()).add(lane["vm_name"])
+    events = [e for e in data.events if _event_kept(e, f, vms_of)]
+    kept = {e["event_id"] for e in events}
+    lanes = [
+        lane
+        for lane in data.lanes
+        if lane["event_id"] in kept
+        and (not f.vms or lane["vm_name"] in f.vms)
+        and (not f.fault_domains or lane["fault_domain"] in f.fault_domains)
+    ]
+    return ReportData(f, events, lanes)
+
+
+def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportData:
+    """Read the window's events and per-VM lanes from ClickHouse, then apply the filters."""
+    window = {"since": filters.since, "until": filters.until}
+    events = queries.run(client, queries.EVENTS_IN_WINDOW, database, **window).dicts()
+    lanes = queries.run(client, LANES, database, **window).dicts()
+    return select(ReportData(filters, events, lanes))
+
+
+_RELATIVE = re.compile(r"^(\d+)([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_moment(text: str, now: datetime) -> datetime:
+    """``now``, a duration before now (``30m``, ``24h``, ``7d``) or ISO 8601 (naive means UTC)."""
+    text = text.strip()
+    if text == "now":
+        return now
+    relative = _RELATIVE.match(text)
+    if relative:
+        return now - timedelta(seconds=int(relative.group(1)) * _UNIT_S[relative.group(2)])
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: use ISO 8601 (2026-11-21T10:00:00Z), now, or 30m/24h/7d") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sevents-ingest report",
+        description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
+        "event table) for the events first seen in a window. Opens offline in any browser.",
+    )
+    parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
+    parser.add_argument(
+        "--clickhouse",
+        help="chdb:///abs/dir (embedded) or https://user@host:8443; else from the ingest settings "
+        "(SEVENTS_CLICKHOUSE, --config). Password: SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file",
+    )
+    parser.add_argument("--database", help="database holding the sevents schema (default sevents)")
+    parser.add_argument("--since", default="24h", help="window start: ISO 8601, or 30m/24h/7d before now")
+    parser.add_argument("--until", default="now", help="window end: ISO 8601, now, or a duration before now")
+    parser.add_argument("--event-type", action="append", default=[], help="only this type (repeatable)")
+    parser.add_argument("--vm", action="append", default=[], help="only events affecting this VM (repeatable)")
+    parser.add_argument("--fault-domain", action="append", type=int, default=[], help="repeatable")
+    parser.add_argument("--event-id", action="append", default=[], help="only this EventId (repeatable)")
+    parser.add_argument("--out", type=Path, default=Path("sevents-report.html"), help="HTML file to write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``sevents-ingest report``; 0 written, 1 configuration or ClickHouse failed, 2 bad arguments."""
+    from ingest.clickhouse import CLIENT_ERRORS, connect
+    from ingest.errors import TargetError
+    from ingest.settings import load
+    from sevents.errors import ConfigError
+
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    now = datetime.now(UTC)
+    try:
+        filters = Filters(
+            since=parse_moment(args.since, now),
+            until=parse_moment(args.until, now),
+            event_types=tuple(args.event_type),
+            vms=tuple(args.vm),
+            fault_domains=tuple(args.fault_domain),
+            event_ids=tuple(args.event_id),
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    if filters.since >= filters.until:
+        parser.error("--since must be before --until")
+    try:
+        flags = {"clickhouse": args.clickhouse, "database": args.database}
+        settings = load(file=args.config, env=os.environ, flags=flags)
+        client = connect(settings.clickhouse, password=settings.password())
+        try:
+            data = collect(client, filters, settings.database)
+        finally:
+            client.close()
+    except (ConfigError, TargetError) as error:
+        print(f"sevents-ingest report: {error}", file=sys.stderr)
+        return 1
+    except CLIENT_ERRORS as error:
+        print(f"sevents-ingest report: {error}", file=sys.stderr)
+        return 1
+    html = render(data, generated_at=now)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(html, encoding="utf-8")
+    log.info("report written", extra={"path": str(args.out), "events": len(data.events)})
+    print(f"wrote {args.out} ({len(data.events)} events, {len(data.lanes)} VM lanes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""The incident report page (pure): summary, SVG timeline, approval and impact charts, the event table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from html import escape
+from statistics import mean
+from typing import TYPE_CHECKING, Any
+
+from dashboards import svg
+
+if TYPE_CHECKING:
+    from dashboards.report import ReportData
+
+STYLE = """
+body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; }
+.meta { color: #666; font-size: 13px; } .cards { display: flex; gap: 12px; flex-wrap: wrap; }
+.card { border: 1px solid #ddd; border-radius: 6px; padding: 8px 14px; min-width: 110px; }
+.card b { display: block; font-size: 22px; }
+table { border-collapse: collapse; font-size: 12px; margin-top: 8px; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } td.num { text-align: right; }
+svg.chart { display: block; max-width: 100%; height: auto; margin-top: 8px; }
+"""
+
+# Run by a browser only: records that every chart was laid out with a real size (the report test reads it).
+CHECK_SCRIPT = """
+document.addEventListener('DOMContentLoaded', function () {
+  var charts = document.querySelectorAll('svg.chart');
+  var drawn = 0;
+  charts.forEach(function (c) { var b = c.getBBox(); if (b.width > 0 && b.height > 0) { drawn++; } });
+  document.body.setAttribute('data-charts-drawn', String(drawn));
+  document.body.setAttribute('data-bars-drawn', String(document.querySelectorAll('svg.chart rect.bar').length));
+});
+"""
+
+
+def _time(value: Any) -> str:
+    return f"{value:%Y-%m-%d %H:%M:%S}" if isinstance(value, datetime) else ""
+
+
+def _num(value: Any) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def _short(event_id: str) -> str:
+    return event_id[:8]
+
+
+def lanes_of(data: ReportData) -> list[svg.Lane]:
+    """One lane per (affected VM, event): Scheduled until Started (or gone), Started until gone."""
+    end = data.filters.until
+    out = []
+    for row in data.lanes:
+        first, started, ended = row["first_seen_at"], row["started_at"], row["ended_at"]
+        segments = []
+        scheduled_end = started or ended or end
+        if first is not None and scheduled_end > first:
+            segments.append(svg.Segment(first, scheduled_end, "Scheduled"))
+        if started is not None:
+            segments.append(svg.Segment(started, ended or end, "Started"))
+        fd = "?" if row["fault_domain"] is None else row["fault_domain"]
+        label = f"FD {fd} / {row['vm_name']} / {row['event_type']} {_short(row['event_id'])}"
+        out.append(svg.Lane(label, tuple(segments)))
+    return out
+
+
+def _span(data: ReportData) -> tuple[datetime, datetime]:
+    moments = [m for row in data.lanes for m in (row["first_seen_at"], row["ended_at"]) if m is not None]
+    moments += [e["first_seen_at"] for e in data.events if e["first_seen_at"] is not None]
+    if not moments:
+        return data.filters.since, data.filters.until
+    start, end = min(moments), max(moments)
+    margin = max((end - start) * 0.05, timedelta(seconds=1))
+    return start - margin, end + margin
+
+
+def impact_by_fault_domain(data: ReportData) -> list[tuple[str, Sequence[float | None]]]:
+    """(label, [mean, max]) impact seconds of the affected VMs of each fault domain."""
+    per_fd: dict[Any, list[float]] = {}
+    for row in data.lanes:
+        if row["started_at"] is not None and row["ended_at"] is not None:
+            seconds = (row["ended_at"] - row["started_at"]).total_seconds()
+            per_fd.setdefault(row["fault_domain"], []).append(seconds)
+    ordered = sorted(per_fd.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
+    return [
+        (f"FD {'?' if fd is None else fd}", [round(mean(values), 3), round(max(values), 3)]) for fd, values in ordered
+    ]
+
+
+def _event_label(event: dict[str, Any]) -> str:
+    return f"{event['event_type']} {_short(event['event_id'])}"
+
+
+def _table(events: list[dict[str, Any]]) -> str:
+    columns = (
+        ("EventId", "event_id", str),
+        ("Type", "event_type", str),
+        ("Source", "event_source", str),
+        ("Outcome", "outcome", str),
+        ("First seen", "first_seen_at", _time),
+        ("NotBefore", "not_before_first", _time),
+        ("Approved", "approved_at", _time),
+        ("Started", "started_at", _time),
+        ("Ended", "ended_at", _time),
+        ("Approval s", "approval_latency_s", _num),
+        ("Notice s", "notice_s", _num),
+        ("Announced s", "duration_s", _num),
+        ("Impact s", "impact_s", _num),
+        ("VMs", "affected_vm_count", _num),
+        ("Fault domains", "fault_domains", lambda v: ", ".join(map(str, v or []))),
+    )
+    head = "".join(f"<th>{escape(title)}</th>" for title, _, _ in columns)
+    rows = []
+    for event in events:
+        cells = []
+        for _, key, show in columns:
+            value = event.get(key)
+            text = "" if value is None else show(value)
+            cls = ' class="num"' if show is _num else ""
+            cells.append(f"<td{cls}>{escape(text)}</td>")
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    body = "".join(rows) or f'<tr><td colspan="{len(columns)}">no events</td></tr>'
+    return f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render(data: ReportData, *, generated_at: datetime) -> str:
+    """The whole page as one HTML string."""
+    events = data.events
+    start, end = _span(data)
+    approval = [(_event_label(e), [e["approval_latency_s"], e["notice_s"]]) for e in events if e["started_at"]]
+    announced = [
+        (_event_label(e), [e["duration_s"] if (e["duration_s"] or -1) >= 0 else None, e["impact_s"]])
+        for e in events
+        if e["impact_s"] is not None
+    ]
+    outcomes: dict[str, int] = {}
+    for e in events:
+        outcomes[e["outcome"]] = outcomes.get(e["outcome"], 0) + 1
+    cards = [("events", len(events)), ("VM lanes", len(data.lanes)), *sorted(outcomes.items())]
+    card_html = "".join(f'<div class="card"><b>{n}</b>{escape(label)}</div>' for label, n in cards)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>sevents incident report</title>"
+        f"<style>{STYLE}</style><script>{CHECK_SCRIPT}</script></head><body>"
+        "<h1>Azure Scheduled Events: incident report</h1>"
+        f'<p class="meta">{escape(data.filters.describe())}. Generated {generated_at:%Y-%m-%d %H:%M:%S} UTC '
+        "by sevents. Times are UTC; precision is one collector poll.</p>"
+        f'<div class="cards">{card_html}</div>'
+        "<h2>Timeline (per affected VM, by fault domain)</h2>"
+        f"{svg.timeline(lanes_of(data), start, end)}"
+        "<h2>Approval latency and notice per event</h2>"
+        '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '
+        "Started.</p>"
+        f"{svg.bars('Approval latency and notice', approval, ('approval', 'notice'))}"
+        "<h2>Impact per fault domain</h2>"
+        f"{svg.bars('Impact per fault domain', impact_by_fault_domain(data), ('mean', 'max'))}"
+        "<h2>Announced DurationInSeconds versus observed impact</h2>"
+        f"{svg.bars('Announced versus observed', announced, ('announced', 'observed'))}"
+        f"<h2>Events</h2>{_table(events)}"
+        "</body></html>\n"
+    )

@@ -1,0 +1,115 @@
+"""A fleet's maintenance run through the real pipeline once per test package: simulator -> collectors -> ingest."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.agent import Agent
+from collector.outbox import Outbox
+from collector.settings import CollectorSettings
+from ingest.clickhouse import connect
+from ingest.handler import Handler
+from ingest.migrate import Target, migrate
+from ingest.source_outbox import OutboxSource
+from ingest.writer import Writer
+from simulator import SimServer, load_scenario
+
+SCENARIO = Path(__file__).parent / "fixtures" / "dash-scenario.toml"
+POLL_S = 0.2
+PENDING = ("pending-redeploy", "pending-preempt")  # scenario events still Scheduled at the end, on purpose
+# One record no ingest can load (unknown schema version), written to a real outbox: the dead-letter path.
+POISON = {"record_type": "transition", "schema_version": 999, "vm_id": "poison"}
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """Embedded ClickHouse holding the scenario's records, the simulator's ground truth and the time span."""
+
+    client: Any
+    target: str
+    truth: list[dict[str, Any]]
+    started: datetime
+    finished: datetime
+    vm_names: list[str]
+
+    def events(self) -> dict[str, dict[str, Any]]:
+        """Ground truth per EventId (the first row of each; event-level fields are the same on every row)."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.truth:
+            out.setdefault(row["event_id"], row)
+        return out
+
+
+def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, list[str]]:
+    started = datetime.now(UTC)
+    stop = threading.Event()
+    with SimServer(load_scenario(SCENARIO)) as sim:
+        agents, threads = [], []
+        for name in sim.vm_names:
+            settings = CollectorSettings(
+                imds_url=sim.vm_base_url(name),
+                state_dir=state / name,
+                poll_interval=POLL_S,
+                heartbeat_interval=1.0,
+                min_request_interval=0.0,
+            )
+            agent = Agent(settings)
+            agents.append(agent)
+            thread = threading.Thread(target=agent.run, args=(stop,), name=f"collector-{name}", daemon=True)
+            thread.start()
+            threads.append(thread)
+        try:
+            _wait_settled(sim, timeout=90)
+            time.sleep(3 * POLL_S)  # every collector sees the last disappearance
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(15)
+            for agent in agents:
+                agent.close()
+        truth = sim.truth()
+        names = sim.vm_names
+    return truth, started, datetime.now(UTC), names
+
+
+def _wait_settled(sim: SimServer, timeout: float) -> None:
+    """Until every scenario event but the deliberately pending ones has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        truth = sim.truth()
+        labels = {row["label"] for row in truth}
+        settled = all(row["outcome"] != "active" for row in truth if row["label"] not in PENDING)
+        if settled and set(PENDING) <= labels and len(labels) >= 7:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the scenario did not settle")
+
+
+@pytest.fixture(scope="package")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    """Runs the dashboards scenario once and loads every collector's outbox into embedded ClickHouse."""
+    root = tmp_path_factory.mktemp("dash-seed")
+    truth, started, finished, names = _run_fleet(root / "vms")
+    with Outbox(root / "vms" / names[0] / "outbox.sqlite") as outbox:
+        outbox.commit([POISON], None)
+    target = f"chdb://{root / 'clickhouse'}"
+    client = connect(target)
+    migrate(client, Target())
+    handler = Handler(Writer(client), source="outbox", stop=threading.Event())
+    OutboxSource([str(root / "vms" / "*")], until_idle=True).run(handler, threading.Event())
+    assert handler.stored > 0
+    yield Seeded(client, target, truth, started, finished, names)
+    client.close()
+
+
+def around(seeded: Seeded) -> tuple[datetime, datetime]:
+    """A dashboard time range covering the whole run."""
+    return seeded.started - timedelta(minutes=1), seeded.finished + timedelta(minutes=5)

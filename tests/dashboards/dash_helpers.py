@@ -1,0 +1,96 @@
+"""Run the generated dashboards' queries the way Grafana would: variables, then macros, then ClickHouse."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dashboards.generate import ALERTS_FILE, JSON_DIR
+from dashboards.macros import QueryContext, expand
+from dashboards.templating import ALL, Selection, apply
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """The committed dashboard JSON, by uid."""
+    out = {}
+    for path in sorted(Path(JSON_DIR).glob("*.json")):
+        model = json.loads(path.read_text(encoding="utf-8"))
+        out[model["uid"]] = model
+    return out
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    """The committed alert rules."""
+    document = json.loads(Path(ALERTS_FILE).read_text(encoding="utf-8"))
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str
+    title: str
+    kind: str
+    fmt: int
+    sql: str
+
+
+def panel_queries() -> Iterator[PanelQuery]:
+    for uid, model in dashboards().items():
+        for panel in model["panels"]:
+            for target in panel.get("targets", []):
+                yield PanelQuery(uid, panel["title"], panel["type"], target["format"], target["rawSql"])
+
+
+def panel(uid: str, title: str) -> PanelQuery:
+    found = [q for q in panel_queries() if q.dashboard == uid and q.title == title]
+    assert len(found) == 1, f"{uid}: no single panel titled {title!r}"
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A query result: column names, ClickHouse type names and rows (timestamps aware UTC)."""
+
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def _aware(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def run(client: Any, sql: str, variables: Mapping[str, Selection], ctx: QueryContext) -> Frame:
+    """Grafana's order: the frontend applies variables and $__conditionalAll, the backend the macros."""
+    final = expand(apply(sql, variables), ctx)
+    result = client.query(final)
+    rows = [tuple(_aware(v) for v in row) for row in result.result_rows]
+    if not result.column_names:
+        # The embedded engine returns no header for an empty result: ask ClickHouse for the result's shape.
+        described = client.query(f"DESCRIBE TABLE ({final})").result_rows
+        return Frame(tuple(r[0] for r in described), tuple(r[1] for r in described), rows)
+    return Frame(tuple(result.column_names), tuple(t.name for t in result.column_types), rows)
+
+
+def context(time_from: datetime, time_to: datetime, interval_s: float = 1.0) -> QueryContext:
+    return QueryContext(time_from, time_to, timedelta(seconds=interval_s))
+
+
+def all_of(options: tuple[str, ...]) -> Selection:
+    return Selection(values=(ALL,), options=options)
+
+
+def close(a: datetime | None, b: datetime | None, tolerance_s: float = 1.0) -> bool:
+    """Observed and true times agree within a collector poll or so."""
+    if a is None or b is None:
+        return a is b
+    return abs((a - b).total_seconds()) <= tolerance_s

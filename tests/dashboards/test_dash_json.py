@@ -1,0 +1,191 @@
+"""The committed Grafana JSON, provisioning and compose files: generated, well formed, consistent."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dashboards import generate, grafana
+from dashboards.alerts import RULES
+from tests.dashboards.dash_helpers import alert_rules, dashboards
+
+ROOT = Path(__file__).resolve().parents[2]
+PROVISIONING = ROOT / "dashboards" / "provisioning"
+COMPOSE = ROOT / "infra" / "compose"
+REQUIRED_VARIABLES = ("datasource", "subscription", "location", "scale_set", "fault_domain", "vm", "event_type")
+
+
+def test_committed_files_equal_generator_output() -> None:
+    """Every generated file is committed exactly as the generator writes it (run python -m dashboards.generate)."""
+    for path, text in generate.outputs().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale"
+    assert generate.main(["--check"]) == 0
+
+
+def test_stale_finds_drift(tmp_path: Path) -> None:
+    """A file that differs from the generator's text, or is missing, is reported; an equal one is not."""
+    same, changed, missing = tmp_path / "same.json", tmp_path / "changed.json", tmp_path / "missing.json"
+    same.write_text("{}\n", encoding="utf-8")
+    changed.write_text("{}\n", encoding="utf-8")
+    files = {same: "{}\n", changed: '{"a": 1}\n', missing: "{}\n"}
+    assert generate.stale(files) == [changed, missing]
+
+
+def test_the_five_dashboards_exist() -> None:
+    """Fleet overview, timeline, approval latency, impact and pipeline health, each with a unique uid."""
+    assert set(dashboards()) == {
+        "sevents-fleet",
+        "sevents-timeline",
+        "sevents-approval",
+        "sevents-impact",
+        "sevents-pipeline",
+    }
+
+
+def _overlaps(a: dict[str, int], b: dict[str, int]) -> bool:
+    return (
+        a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    )
+
+
+@pytest.mark.parametrize("uid", sorted(dashboards()))
+def test_dashboard_is_well_formed(uid: str) -> None:
+    """Unique panel ids, grid positions inside 24 columns without overlap, datasources through $datasource."""
+    model = dashboards()[uid]
+    panels = model["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) and i > 0 for i in ids)
+    for panel in panels:
+        pos = panel["gridPos"]
+        assert set(pos) == {"x", "y", "w", "h"} and pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": grafana.PLUGIN_ID, "uid": "${datasource}"}
+        assert panel["title"] and panel["targets"]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+            assert target["editorType"] == "sql" and target["format"] in (0, 1, 2)
+            assert isinstance(target["rawSql"], str) and "sevents." in target["rawSql"]
+            assert target["refId"] == "A"
+    for i, a in enumerate(panels):
+        for b in panels[i + 1 :]:
+            assert not _overlaps(a["gridPos"], b["gridPos"]), f"{a['title']} overlaps {b['title']}"
+    names = [v["name"] for v in model["templating"]["list"]]
+    assert names[: len(REQUIRED_VARIABLES)] == list(REQUIRED_VARIABLES)
+    for variable in model["templating"]["list"]:
+        if variable["type"] == "query":
+            assert variable["datasource"] == {"type": grafana.PLUGIN_ID, "uid": "${datasource}"}
+        if variable["name"] in REQUIRED_VARIABLES[1:]:
+            assert variable["multi"] and variable["includeAll"], variable["name"]
+    requires = {r["id"]: r["version"] for r in model["__requires"]}
+    assert requires[grafana.PLUGIN_ID] == grafana.MIN_PLUGIN_VERSION
+    assert json.loads(json.dumps(model)) == model
+
+
+def test_every_variable_reference_is_defined() -> None:
+    """No panel refers to a variable the dashboard does not define (typos would stay as literal text)."""
+    builtin = {
+        "__all",
+        "__interval",
+        "__interval_s",
+        "__timeFilter",
+        "__fromTime",
+        "__toTime",
+        "__timeInterval",
+        "__conditionalAll",
+        "__value",
+        "__url_time_range",
+        "__data",
+    }
+    for uid, model in dashboards().items():
+        defined = {v["name"] for v in model["templating"]["list"]}
+        text = json.dumps(model["panels"])
+        used = set(re.findall(r"\$\{?(\w+)", text))
+        assert used - defined - builtin == set(), uid
+
+
+def test_minimum_plugin_version_is_pinned() -> None:
+    """The pinned minimum is at least 4.19.0 (macropro engine, ClickHouse-native $__timeGroup)."""
+    major, minor, _ = (int(p) for p in grafana.MIN_PLUGIN_VERSION.split("."))
+    assert (major, minor) >= (4, 19)
+    compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text(encoding="utf-8"))
+    installed = compose["services"]["grafana"]["environment"]["GF_INSTALL_PLUGINS"].split()
+    assert installed[0] == grafana.PLUGIN_ID
+    assert tuple(int(p) for p in installed[1].split(".")) >= (major, minor, 0)
+
+
+def test_alert_rules_are_well_formed() -> None:
+    """Each rule: a ClickHouse table query (no frontend variables), reduce, threshold; labels for routing."""
+    rules = alert_rules()
+    assert [r["uid"] for r in rules] == [r.uid for r in RULES]
+    for rule in rules:
+        query, reduce, threshold = rule["data"]
+        assert query["datasourceUid"] == grafana.DATASOURCE_UID and query["model"]["format"] == grafana.FORMAT_TABLE
+        sql = query["model"]["rawSql"]
+        assert "$__conditionalAll" not in sql and not re.search(r"\$(?!__)\w", sql), "alerts run without variables"
+        assert reduce["model"]["expression"] == "A" and threshold["model"]["expression"] == "B"
+        assert rule["condition"] == "C" and rule["labels"]["severity"] in ("page", "ticket")
+        assert rule["noDataState"] == "OK"
+    paging = {r["title"] for r in rules if r["labels"]["severity"] == "page"}
+    assert paging == {"Reboot or Redeploy scheduled", "Preempt or Terminate scheduled"}
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_provisioning_files() -> None:
+    """The datasource (read-only user, password from the environment), dashboard provider and notifications."""
+    source = _yaml(PROVISIONING / "datasources" / "sevents-clickhouse.yaml")["datasources"][0]
+    assert source["uid"] == grafana.DATASOURCE_UID and source["type"] == grafana.PLUGIN_ID
+    assert source["jsonData"]["username"] == "grafana" and source["jsonData"]["defaultDatabase"] == "sevents"
+    assert source["secureJsonData"]["password"].startswith("${")
+    provider = _yaml(PROVISIONING / "dashboards" / "sevents.yaml")["providers"][0]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards/sevents"
+    notifications = _yaml(PROVISIONING / "alerting" / "sevents-notifications.yaml")
+    receivers = {c["name"] for c in notifications["contactPoints"]}
+    assert notifications["policies"][0]["receiver"] in receivers
+
+
+def test_compose_stack() -> None:
+    """ClickHouse with the two users, migrations before the ingest, Grafana with provisioning; secrets required."""
+    compose = _yaml(COMPOSE / "docker-compose.yml")
+    services = compose["services"]
+    assert set(services) == {"clickhouse", "migrate", "ingest", "grafana"}
+    assert services["ingest"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    mounts = {m.split(":")[1] for m in services["grafana"]["volumes"] if m.startswith("../")}
+    assert mounts == {"/etc/grafana/provisioning", "/var/lib/grafana/dashboards/sevents"}
+    for service in services.values():
+        for mount in service.get("volumes", []):
+            if mount.startswith(("./", "../")):
+                assert (COMPOSE / mount.split(":")[0]).exists(), mount
+    text = (COMPOSE / "docker-compose.yml").read_text(encoding="utf-8")
+    for secret in ("CLICKHOUSE_WRITER_PASSWORD", "CLICKHOUSE_GRAFANA_PASSWORD", "GRAFANA_ADMIN_PASSWORD"):
+        assert f"${{{secret}:?" in text, f"{secret} must be required, not defaulted"
+    for service in services.values():
+        for key, value in (service.get("environment") or {}).items():
+            if "PASSWORD" in key or "CONNECTION_STRING" in key:
+                assert str(value).startswith("${"), f"{key} must come from the operator's environment"
+
+
+def test_clickhouse_users_xml() -> None:
+    """grafana: readonly=1 with max_execution_time changeable_in_readonly, SELECT only; the writer owns sevents."""
+    users = ET.parse(COMPOSE / "clickhouse" / "users.d" / "sevents.xml").getroot()
+    profile = users.find("profiles/grafana_readonly")
+    assert profile is not None and profile.findtext("readonly") == "1"
+    constraint = profile.find("constraints/max_execution_time")
+    assert constraint is not None and constraint.find("changeable_in_readonly") is not None
+    grafana_user = users.find("users/grafana")
+    assert grafana_user is not None and grafana_user.findtext("profile") == "grafana_readonly"
+    assert grafana_user.find("password").get("from_env") == "CLICKHOUSE_GRAFANA_PASSWORD"
+    assert [q.text for q in grafana_user.findall("grants/query")] == ["GRANT SELECT ON sevents.*"]
+    writer = users.find("users/sevents_writer")
+    assert writer is not None and writer.find("password").get("from_env") == "CLICKHOUSE_WRITER_PASSWORD"
+    config = ET.parse(COMPOSE / "clickhouse" / "config.d" / "sevents.xml").getroot()
+    assert config.findtext("access_control_improvements/settings_constraints_replace_previous") == "true"

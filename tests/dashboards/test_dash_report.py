@@ -1,0 +1,194 @@
+"""The offline HTML incident report: pure rendering, the CLI against the seeded pipeline, and headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboards.report import Filters, ReportData, main, parse_moment, select
+from dashboards.report_html import impact_by_fault_domain, render
+from tests.dashboards.conftest import Seeded, around
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _event(event_id: str, event_type: str, **extra: Any) -> dict[str, Any]:
+    base = {
+        "event_id": event_id,
+        "event_type": event_type,
+        "event_source": "Platform",
+        "outcome": "completed",
+        "first_seen_at": T0,
+        "not_before_first": T0 + timedelta(minutes=15),
+        "approved_at": T0 + timedelta(minutes=2),
+        "started_at": T0 + timedelta(minutes=2),
+        "ended_at": T0 + timedelta(minutes=3),
+        "approval_latency_s": 120.0,
+        "notice_s": 120.0,
+        "duration_s": 7,
+        "impact_s": 60.0,
+        "affected_vm_count": 1,
+        "fault_domains": [0],
+    }
+    return {**base, **extra}
+
+
+def _lane(event_id: str, vm: str, fd: int, started: bool = True) -> dict[str, Any]:
+    return {
+        "event_id": event_id,
+        "event_type": "Reboot",
+        "vm_name": vm,
+        "fault_domain": fd,
+        "first_seen_at": T0,
+        "started_at": T0 + timedelta(minutes=2) if started else None,
+        "ended_at": T0 + timedelta(minutes=3),
+        "outcome": "completed" if started else "cancelled",
+    }
+
+
+def _data(**filters: Any) -> ReportData:
+    f = Filters(since=T0 - timedelta(hours=1), until=T0 + timedelta(hours=1), **filters)
+    events = [
+        _event("AAAA-1", "Reboot"),
+        _event(
+            "BBBB-2", "Freeze", fault_domains=[1], outcome="cancelled", started_at=None, approved_at=None, impact_s=None
+        ),
+    ]
+    lanes = [_lane("AAAA-1", "vm-0", 0), _lane("AAAA-1", "vm-3", 0), _lane("BBBB-2", "vm-1", 1, started=False)]
+    return ReportData(f, events, lanes)
+
+
+def test_render_is_self_contained() -> None:
+    """One HTML file: inline SVG charts and styles, no external script, stylesheet, image or font."""
+    html = render(_data(), generated_at=T0)
+    assert html.startswith("<!DOCTYPE html>") and html.count('<svg class="chart"') == 4
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html) and "@import" not in html
+    assert "url(" not in html and "<link" not in html
+    assert html.count('class="bar"') >= 3 + 2
+
+
+def test_render_escapes_names() -> None:
+    """A hostile VM name or EventId is text, never markup."""
+    data = _data()
+    evil = "<script>alert(1)</script>"
+    data.lanes.append({**_lane("AAAA-1", evil, 2)})
+    data.events.append(_event(evil, "Reboot"))
+    html = render(data, generated_at=T0)
+    assert evil not in html and "&lt;script&gt;" in html
+
+
+def test_select_filters() -> None:
+    """Type, VM, fault domain and EventId filters keep the matching events and lanes only."""
+    assert {e["event_id"] for e in select(_data(event_types=("Freeze",))).events} == {"BBBB-2"}
+    by_vm = select(_data(vms=("vm-3",)))
+    assert {e["event_id"] for e in by_vm.events} == {"AAAA-1"} and [x["vm_name"] for x in by_vm.lanes] == ["vm-3"]
+    assert {e["event_id"] for e in select(_data(fault_domains=(1,))).events} == {"BBBB-2"}
+    assert select(_data(event_ids=("nope",))).events == []
+
+
+def test_impact_by_fault_domain() -> None:
+    """Mean and max impact of the affected VMs per fault domain; VMs that never started do not count."""
+    assert impact_by_fault_domain(_data()) == [("FD 0", [60.0, 60.0])]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", T0),
+        ("30m", T0 - timedelta(minutes=30)),
+        ("7d", T0 - timedelta(days=7)),
+        ("2026-11-21T09:00:00Z", T0 - timedelta(hours=1)),
+        ("2026-11-21T11:00:00+02:00", T0 - timedelta(hours=1)),
+        ("2026-11-21 09:00:00", T0 - timedelta(hours=1)),
+    ],
+)
+def test_parse_moment(text: str, expected: datetime) -> None:
+    """Times are ISO 8601 (naive means UTC), now, or a duration before now."""
+    assert parse_moment(text, T0) == expected
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A time that is not a time, or an empty window, is a usage error naming the problem."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--clickhouse", "chdb:///nowhere", "--since", "yesterday"])
+    assert exit_info.value.code == 2 and "'yesterday' is not a time" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--clickhouse", "chdb:///nowhere", "--since", "1h", "--until", "2h"])
+
+
+def test_unreachable_clickhouse_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A target that cannot be used is reported in one line, exit 1, and no file is written."""
+    out = tmp_path / "r.html"
+    assert main(["--clickhouse", "ftp://x", "--out", str(out)]) == 1
+    assert "clickhouse target" in capsys.readouterr().err and not out.exists()
+
+
+def _report(seeded: Seeded, out: Path, *extra: str) -> str:
+    start, end = around(seeded)
+    argv = ["--clickhouse", seeded.target, "--since", start.isoformat(), "--until", end.isoformat(), "--out", str(out)]
+    assert main([*argv, *extra]) == 0
+    return out.read_text(encoding="utf-8")
+
+
+def test_report_from_the_pipeline(seeded: Seeded, tmp_path: Path) -> None:
+    """The CLI's table lists every true event; --event-type keeps only that type."""
+    html = _report(seeded, tmp_path / "all.html")
+    truth = seeded.events()
+    rows = re.findall(r"<tr><td>([0-9A-F-]{36})</td><td>(\w+)</td>", html)
+    assert sorted(rows) == sorted((e, t["event_type"]) for e, t in truth.items())
+    reboots = _report(seeded, tmp_path / "reboot.html", "--event-type", "Reboot")
+    assert sorted(re.findall(r"<tr><td>([0-9A-F-]{36})</td>", reboots)) == sorted(
+        e for e, t in truth.items() if t["event_type"] == "Reboot"
+    )
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
+    """Headless Chromium lays out every chart with its bars; a screenshot is kept under artifacts/."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is required: bash scripts/setup.sh --test (as root)"
+    page = tmp_path / "report.html"
+    _report(seeded, page)
+    flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert 'data-charts-drawn="4"' in dom, dom[:500]
+    bars = int(re.search(r'data-bars-drawn="(\d+)"', dom).group(1))  # type: ignore[union-attr]
+    assert bars >= len([t for t in seeded.truth if t["affected"]])
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "dashboards-report.png"
+    shot.unlink(missing_ok=True)
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1280,1800", "--hide-scrollbars", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    data = shot.read_bytes()
+    assert _png_size(data) == (1280, 1800) and len(data) > 20_000
+    shutil.copy(page, ARTIFACTS / "dashboards-report.html")

@@ -1,0 +1,242 @@
+"""Panel and alert values against the simulator's ground truth (All selected, the whole run in range)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from statistics import mean
+from typing import Any
+
+import pytest
+
+from dashboards.templating import Selection
+from tests.dashboards.conftest import PENDING, Seeded, around
+from tests.dashboards.dash_helpers import Frame, alert_rules, close, context, panel, run
+from tests.dashboards.test_dash_panels import _options, selections
+
+DESTRUCTIVE = ("Reboot", "Redeploy", "Terminate", "Preempt")
+
+
+@pytest.fixture(scope="module")
+def everything(seeded: Seeded) -> dict[str, Selection]:
+    return selections(_options(seeded))
+
+
+def _run(seeded: Seeded, uid: str, title: str, variables: dict[str, Selection]) -> Frame:
+    start, end = around(seeded)
+    return run(seeded.client, panel(uid, title).sql, variables, context(start, end))
+
+
+def _affected(seeded: Seeded) -> list[dict[str, Any]]:
+    return [row for row in seeded.truth if row["affected"]]
+
+
+def test_fleet_now(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """Active events, active by type, upcoming destructive events with NotBefore, collectors, dead letters."""
+    truth = seeded.events()
+    active = {e: t for e, t in truth.items() if t["outcome"] == "active"}
+    assert {t["label"] for t in active.values()} == set(PENDING)
+    assert _run(seeded, "sevents-fleet", "Events active now", everything).rows == [(len(active),)]
+    by_type = dict(_run(seeded, "sevents-fleet", "Active events by type", everything).rows)
+    assert by_type == dict(Counter(t["event_type"] for t in active.values()))
+    upcoming = _run(seeded, "sevents-fleet", "Upcoming Reboot, Redeploy, Terminate and Preempt", everything).dicts()
+    assert {r["event_id"] for r in upcoming} == {
+        e for e, t in active.items() if t["started_at"] is None and t["event_type"] in DESTRUCTIVE
+    }
+    for row in upcoming:
+        assert row["not_before"] == truth[row["event_id"]]["not_before"]
+        assert row["vms"] == ", ".join(truth[row["event_id"]]["resources"])
+        assert row["starts_in_s"] > 3600
+    collectors = _run(seeded, "sevents-fleet", "Collectors", everything).dicts()
+    assert collectors == [{"reporting": len(seeded.vm_names), "silent": 0}]
+    assert _run(seeded, "sevents-fleet", "Silent collectors", everything).rows == []
+    assert _run(seeded, "sevents-fleet", "Dead letters", everything).rows == [(1,)]
+    first_seen = _run(seeded, "sevents-fleet", "Events first seen, by type", everything)
+    per_type: Counter[str] = Counter()
+    for _, event_type, count in first_seen.rows:
+        per_type[event_type] += count
+    assert per_type == Counter(t["event_type"] for t in truth.values())
+
+
+def _lane_states(frame: Frame) -> dict[str, list[tuple[datetime, int]]]:
+    lanes: dict[str, list[tuple[datetime, int]]] = {}
+    for time, lane, state in frame.rows:
+        states = lanes.setdefault(lane, [])
+        if not states or states[-1][1] != state:
+            states.append((time, state))
+    return lanes
+
+
+def test_state_timeline_follows_lifecycles(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """Each affected VM's lane goes Scheduled -> Started -> gone as the simulator drove it, at the true times."""
+    lanes = _lane_states(_run(seeded, "sevents-timeline", "VM state by fault domain", everything))
+    affected = _affected(seeded)
+    assert len(lanes) == len(affected)
+    for truth in affected:
+        lane = f"FD {truth['fault_domain']} / {truth['vm_name']} / {truth['event_id'][:8]}"
+        expected: list[tuple[datetime, int]] = []
+        if truth["first_visible_at"] != truth["started_at"]:
+            expected.append((truth["first_visible_at"], 1))
+        if truth["started_at"] is not None:
+            expected.append((truth["started_at"], 2))
+        if truth["ended_at"] is not None:
+            expected.append((truth["ended_at"], 0))
+        got = lanes[lane]
+        assert [s for _, s in got] == [s for _, s in expected], lane
+        assert all(close(a, b) for (a, _), (b, _) in zip(got, expected, strict=True)), lane
+
+
+def test_drill_down_one_event(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """The drill-down lists every VM that saw the Reboot, which were affected, and per fault domain."""
+    reboot = next(t for t in seeded.events().values() if t["label"] == "reboot")
+    variables = {**everything, "event_id": Selection(values=(reboot["event_id"],), multi=False)}
+    rows = _run(seeded, "sevents-timeline", "EventId across VMs", variables).dicts()
+    truth = [t for t in seeded.truth if t["event_id"] == reboot["event_id"]]
+    assert sorted(r["vm_name"] for r in rows) == sorted(t["vm_name"] for t in truth)
+    assert {r["vm_name"] for r in rows if r["affects_this_vm"]} == set(reboot["resources"])
+    for row in rows:
+        t = next(t for t in truth if t["vm_name"] == row["vm_name"])
+        assert row["fault_domain"] == t["fault_domain"] and row["outcome"] == t["outcome"]
+        assert close(row["started_at"], t["started_at"]) and close(row["ended_at"], t["ended_at"])
+    by_fd = {
+        r["fault_domain"]: r for r in _run(seeded, "sevents-timeline", "EventId by fault domain", variables).dicts()
+    }
+    assert set(by_fd) == {t["fault_domain"] for t in truth}
+    for fd, row in by_fd.items():
+        assert row["observing_vms"] == sum(1 for t in truth if t["fault_domain"] == fd)
+        assert row["affected_vms"] == sum(1 for t in truth if t["fault_domain"] == fd and t["affected"])
+
+
+def _released_by(t: dict[str, Any]) -> str:
+    if t["approved_at"] is not None:
+        return "approval (StartRequests)"
+    if t["started_at"] is not None:
+        return "platform (NotBefore reached)"
+    return "cancelled" if t["outcome"] == "cancelled" else "pending"
+
+
+def test_approval_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """Approval latency by type and source, who released each event, and the notice given, as simulated."""
+    truth = seeded.events()
+    approved = [t for t in truth.values() if t["approved_at"] is not None]
+    assert approved, "the scenario approves some events"
+    rows = {
+        r["type_source"]: r
+        for r in _run(seeded, "sevents-approval", "Approval latency by type and source", everything).dicts()
+    }
+    assert set(rows) == {f"{t['event_type']} / {t['event_source']}" for t in approved}
+    for t in approved:
+        latency = (t["approved_at"] - t["first_visible_at"]).total_seconds()
+        row = rows[f"{t['event_type']} / {t['event_source']}"]
+        assert row["approved"] == 1 and abs(row["max_s"] - latency) <= 1.0
+    pie = dict(_run(seeded, "sevents-approval", "Who released the event", everything).rows)
+    assert pie == dict(Counter(_released_by(t) for t in truth.values()))
+    notice = {r["event_id"]: r for r in _run(seeded, "sevents-approval", "Notice given per event", everything).dicts()}
+    assert set(notice) == set(truth)
+    for event_id, row in notice.items():
+        t = truth[event_id]
+        assert row["released_by"] == _released_by(t)
+        if t["not_before"] is not None:
+            assert abs(row["announced_notice_s"] - (t["not_before"] - t["first_visible_at"]).total_seconds()) <= 1.0
+        if t["started_at"] is not None:
+            assert abs(row["notice_s"] - (t["started_at"] - t["first_visible_at"]).total_seconds()) <= 1.0
+
+
+def test_impact_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """Impact per fault domain and announced versus observed per event equal the simulated spans."""
+    done = [t for t in _affected(seeded) if t["started_at"] is not None and t["ended_at"] is not None]
+    rows = {r["fault_domain"]: r for r in _run(seeded, "sevents-impact", "Impact per fault domain", everything).dicts()}
+    assert set(rows) == {f"FD {t['fault_domain']}" for t in done}
+    for fd_label, row in rows.items():
+        mine = [t for t in done if f"FD {t['fault_domain']}" == fd_label]
+        spans = [(t["ended_at"] - t["started_at"]).total_seconds() for t in mine]
+        assert row["events"] == len({t["event_id"] for t in mine})
+        assert row["vms"] == len({t["vm_name"] for t in mine})
+        assert abs(row["avg_impact_s"] - mean(spans)) <= 1.0
+        assert abs(row["max_impact_s"] - max(spans)) <= 1.0
+    truth = seeded.events()
+    table = _run(seeded, "sevents-impact", "Announced DurationInSeconds versus observed impact", everything).dicts()
+    assert {r["event_id"] for r in table} == {e for e, t in truth.items() if t["started_at"] is not None}
+    for row in table:
+        t = truth[row["event_id"]]
+        assert row["announced_s"] == t["duration_s"]
+        if t["ended_at"] is not None:
+            assert abs(row["observed_s"] - (t["ended_at"] - t["started_at"]).total_seconds()) <= 1.0
+
+
+def test_pipeline_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """Heartbeat ages cover every VM, lag is small and positive, the poison record shows as a dead letter."""
+    ages = _run(seeded, "sevents-pipeline", "Heartbeat age", everything).dicts()
+    assert sorted(r["vm_name"] for r in ages) == sorted(seeded.vm_names)
+    assert all(r["last_poll_ok"] for r in ages)
+    depth = _run(seeded, "sevents-pipeline", "Outbox depth", everything)
+    assert depth.rows and all(r[1] >= 0 for r in depth.rows)
+    lag = _run(seeded, "sevents-pipeline", "Ingest lag (observed on the VM to stored in ClickHouse)", everything)
+    assert lag.rows and all(0 <= r[1] <= r[2] <= r[3] < 600 for r in lag.rows)
+    timing = _run(seeded, "sevents-pipeline", "Insert timing (rows stored per second of ingest time)", everything)
+    total = seeded.client.query(
+        "SELECT (SELECT count() FROM sevents.transitions) + (SELECT count() FROM sevents.heartbeats)"
+    ).result_rows[0][0]
+    assert sum(r[1] for r in timing.rows) == total
+    letters = _run(seeded, "sevents-pipeline", "Dead letters", everything)
+    assert [(r[1], r[2]) for r in letters.rows] == [("outbox", 1)]
+    latest = _run(seeded, "sevents-pipeline", "Latest dead letters", everything).dicts()
+    assert len(latest) == 1 and '"schema_version":999' in latest[0]["payload_head"]
+
+
+def _alert(seeded: Seeded, uid: str) -> Frame:
+    rule = next(r for r in alert_rules() if r["uid"] == uid)
+    window = rule["data"][0]["relativeTimeRange"]["from"]
+    now = datetime.now(UTC)
+    return run(seeded.client, rule["data"][0]["model"]["rawSql"], {}, context(now - timedelta(seconds=window), now))
+
+
+def _numeric_columns(frame: Frame) -> int:
+    """Grafana makes string columns labels; the rest must be exactly one value column."""
+    return sum(1 for t in frame.types if not t.startswith(("String", "LowCardinality(String")))
+
+
+def test_alert_rules(seeded: Seeded) -> None:
+    """One alert instance per pending EventId, labelled with type, VMs, fault domains and NotBefore; the rest quiet."""
+    truth = seeded.events()
+    for uid, types in (
+        ("sevents-reboot-redeploy", ("Reboot", "Redeploy")),
+        ("sevents-preempt-terminate", ("Preempt", "Terminate")),
+    ):
+        frame = _alert(seeded, uid)
+        assert _numeric_columns(frame) == 1, "Grafana needs exactly one numeric column per row"
+        rows = frame.dicts()
+        expected = {e for e, t in truth.items() if t["outcome"] == "active" and t["event_type"] in types}
+        assert {r["event_id"] for r in rows} == expected and len(rows) == len(expected) == 1
+        for row in rows:
+            t = truth[row["event_id"]]
+            assert row["event_type"] == t["event_type"] and row["vms"] == ", ".join(t["resources"])
+            fds = sorted({r["fault_domain"] for r in seeded.truth if r["event_id"] == t["event_id"] and r["affected"]})
+            assert row["fault_domains"] == ", ".join(map(str, fds)) and row["status"] == "Scheduled"
+            assert row["not_before"] == t["not_before"].strftime("%Y-%m-%dT%H:%M:%SZ")
+    silent = _alert(seeded, "sevents-collector-silent")
+    assert _numeric_columns(silent) == 1
+    assert sorted(r["vm_name"] for r in silent.dicts()) == sorted(seeded.vm_names)
+    assert all(r["silent_s"] < 300 for r in silent.dicts()), "nobody is silent yet"
+    letters = _alert(seeded, "sevents-dead-letters")
+    assert _numeric_columns(letters) == 1
+    assert letters.dicts() == [{"source": "outbox", "new_dead_letters": 1.0}]
+
+
+def test_state_timeline_carries_in_events_under_way(seeded: Seeded, everything: dict[str, Selection]) -> None:
+    """A range starting while the Reboot is Started opens each of its lanes at the range start, Started."""
+    reboot = next(t for t in seeded.events().values() if t["label"] == "reboot")
+    middle = reboot["started_at"] + (reboot["ended_at"] - reboot["started_at"]) / 2
+    start = middle.replace(microsecond=0)  # $__fromTime has whole seconds
+    if start <= reboot["started_at"] + timedelta(seconds=0.5):
+        start += timedelta(seconds=1)
+    query = panel("sevents-timeline", "VM state by fault domain")
+    lanes = _lane_states(
+        run(seeded.client, query.sql, everything, context(start, seeded.finished + timedelta(minutes=1)))
+    )
+    for vm in reboot["resources"]:
+        fd = next(t["fault_domain"] for t in seeded.truth if t["vm_name"] == vm)
+        states = lanes[f"FD {fd} / {vm} / {reboot['event_id'][:8]}"]
+        assert states[0] == (start, 2) and states[-1][1] == 0
+    pending = [t for t in seeded.truth if t["label"] in PENDING and t["affected"]]
+    assert all(lanes[f"FD {t['fault_domain']} / {t['vm_name']} / {t['event_id'][:8]}"] == [(start, 1)] for t in pending)
