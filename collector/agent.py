@@ -6,13 +6,13 @@ only wires the edges to it and keeps the counters a heartbeat reports.
 
 Errors::
 
-    AgentError          the state directory is in use by another collector
+    AgentError          the state directory is in use by another collector, or cannot be created or locked
     OutboxIOError       (from collector.outbox) disk trouble: propagates, the process stops loudly
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import logging
 import os
 import threading
@@ -27,22 +27,22 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 import sevents
 from collector.decode import DecodeError, decode_document
-from collector.dhcp import discover_endpoint
+from collector.dhcp import resolve_base_url
 from collector.enrich import heartbeat_record, transition_record
-from collector.imds import ImdsClient, ImdsError, ImdsInterrupted, ImdsPolicy
+from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
+from collector.imds_policy import ImdsPolicy
 from collector.instance import InstanceCache
 from collector.metrics import CollectorMetrics
-from collector.model import Snapshot
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxFull
 from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink, make_sink
+from collector.statedir import StateDirInUse, load_snapshot, lock_state_dir
 from collector.transitions import diff
 from sevents.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_VERSION = sevents.__version__
-LOCK_FILE = "collector.lock"
 
 
 class AgentError(Exception):
@@ -71,46 +71,61 @@ class Agent:
         self._clock = clock
         self._monotonic = monotonic
         self._stop = threading.Event()
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = _lock_state_dir(settings)
-        self.metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
-        self.outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
-        policy = ImdsPolicy(
-            first_call_timeout_s=settings.first_call_timeout,
-            read_timeout_s=settings.request_timeout,
-            min_interval_s=settings.min_request_interval,
-            deadline_s=settings.retry_deadline,
-            backoff=Backoff(initial=0.5, cap=10.0),
-        )
-        self.client = ImdsClient(
-            _base_url(settings),
-            api_version=settings.api_version,
-            instance_api_version=settings.instance_api_version,
-            session=session,
-            policy=policy,
-            on_error=self._request_failed,
-            monotonic=monotonic,
-        )
-        self.instance = InstanceCache(self.client, refresh_s=settings.instance_refresh, store=self.outbox)
-        self._snapshot = _load_snapshot(self.outbox)
-        self.sink = sink if sink is not None else make_sink(settings)
-        self._shipper = None if self.sink is None else self._make_shipper(self.sink)
-        self.started_at = clock()
-        self.polls = 0
-        self.poll_errors: Counter[str] = Counter()
-        self.last_poll_ok = False
-        self.last_poll_error = ""
-        self._drops_at_start = self.outbox.drops()
-        self._deferred: set[str] = set()  # record_ids refused by a full outbox at the last poll
-        self._refresh_outbox_metrics()
+        try:
+            settings.state_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = lock_state_dir(settings.state_dir)
+        except StateDirInUse as error:
+            raise AgentError(str(error)) from error
+        except OSError as error:
+            raise AgentError(f"cannot use state directory {settings.state_dir}: {error.strerror or error}") from error
+        with contextlib.ExitStack() as undo:
+            # Should a later step fail (an unusable outbox, a sink that cannot be built), what was acquired is
+            # released again: in-process callers (the demo) may retry, and a leaked lock would refuse them.
+            undo.callback(os.close, self._lock_fd)
+            self.metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
+            self.outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+            undo.callback(self.outbox.close)
+            policy = ImdsPolicy(
+                first_call_timeout_s=settings.first_call_timeout,
+                read_timeout_s=settings.request_timeout,
+                min_interval_s=settings.min_request_interval,
+                deadline_s=settings.retry_deadline,
+                backoff=Backoff(initial=0.5, cap=10.0),
+            )
+            self.client = ImdsClient(
+                resolve_base_url(
+                    settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs
+                ),
+                api_version=settings.api_version,
+                instance_api_version=settings.instance_api_version,
+                session=session,
+                policy=policy,
+                on_error=self._request_failed,
+                monotonic=monotonic,
+            )
+            undo.callback(self.client.close)
+            self.instance = InstanceCache(self.client, refresh_s=settings.instance_refresh, store=self.outbox)
+            self._snapshot = load_snapshot(self.outbox)
+            self.sink = sink if sink is not None else make_sink(settings)
+            self._shipper = None if self.sink is None else self._make_shipper(self.sink)
+            self.started_at = clock()
+            self.polls = 0
+            self.poll_errors: Counter[str] = Counter()
+            self.last_poll_ok = False
+            self.last_poll_error = ""
+            self._drops_at_start = self.outbox.drops()
+            self._deferred: set[str] = set()  # record_ids refused by a full outbox at the last poll
+            self._refresh_outbox_metrics()
+            undo.pop_all()
 
     # -- one poll ----------------------------------------------------------------------------------------
-    def poll_once(self) -> list[dict[str, Any]]:
+    def poll_once(self, stop: threading.Event | None = None) -> list[dict[str, Any]]:
         """Poll once and commit what changed; the new records with their seq (empty when nothing changed).
 
         Raises ImdsError (after the client's retries) or DecodeError when the poll failed; both are counted.
+        Setting ``stop`` (default: the event ``run`` was given) abandons the poll with ImdsInterrupted.
         """
-        stop = self._stop
+        stop = self._stop if stop is None else stop
         vm = self.instance.get(stop)
         self.polls += 1
         try:
@@ -282,35 +297,3 @@ class Agent:
 
     def _refresh_outbox_metrics(self) -> None:
         self.metrics.outbox(self.outbox.depth(), self.outbox.size_bytes(), self.outbox.drops())
-
-
-def _load_snapshot(outbox: Outbox) -> Snapshot:
-    stored = outbox.snapshot()
-    if stored is None:
-        return Snapshot.empty()
-    try:
-        return Snapshot.from_json(stored)
-    except ValueError as error:
-        # Starting empty re-reports the current events as appeared; their transition_ids dedupe downstream.
-        log.error("stored snapshot unreadable; starting from an empty one", extra={"error": str(error)})
-        return Snapshot.empty()
-
-
-def _base_url(settings: CollectorSettings) -> str:
-    if settings.discover_endpoint:
-        found = discover_endpoint(settings.dhcp_lease_globs)
-        if found is not None:
-            return found
-        log.warning("no DHCP option 245 found; using imds_url", extra={"imds_url": settings.imds_url})
-    return settings.imds_url
-
-
-def _lock_state_dir(settings: CollectorSettings) -> int:
-    """One collector per state directory: two would overwrite each other's snapshot."""
-    fd = os.open(settings.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        os.close(fd)
-        raise AgentError(f"state directory {settings.state_dir} is in use by another collector") from error
-    return fd

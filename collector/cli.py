@@ -6,10 +6,11 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -18,15 +19,19 @@ from collector.agent import Agent, AgentError
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
 from collector.outbox import Outbox, OutboxError
-from collector.settings import CollectorSettings, load_settings
+from collector.settings import SECTION, CollectorSettings, load_settings
 from sevents import records
+from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.telemetry import make_meter_provider
 
 log = logging.getLogger("collector")
 
-EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL = 0, 1, 2, 3
+EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# `once` is run by people and scripts waiting for an answer: unless a retry deadline is configured, each IMDS
+# request gives up after this long instead of the daemon's 75 s (which rides out a ~70 s IMDS update).
+ONCE_RETRY_DEADLINE = 8.0
 
 _HELP = {
     "imds_url": "IMDS base URL; /metadata/... is appended (default http://169.254.169.254)",
@@ -39,7 +44,7 @@ _HELP = {
     "request_timeout": "read timeout in seconds once IMDS has answered once (default 10)",
     "first_call_timeout": "read timeout of the first call, which may take up to 2 minutes (default 130)",
     "min_request_interval": "minimum seconds between our IMDS requests (default 0.4; IMDS allows ~5/s per VM)",
-    "retry_deadline": "seconds one fetch keeps retrying 410/429/5xx/timeouts (default 75)",
+    "retry_deadline": "seconds one fetch keeps retrying 410/429/5xx/timeouts (default 75; once: 8)",
     "outbox_max_bytes": "bound of the outbox payload bytes (default 64 MiB); heartbeats give way first",
     "discover_endpoint": "non-VNET VMs: take the IMDS address from DHCP option 245 in the lease files",
     "dhcp_lease_globs": "comma-separated lease file globs searched for option 245",
@@ -59,7 +64,7 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
 exit status: 0 ok, 1 the poll failed (once), 2 invalid configuration (every problem is listed),
-3 fatal: outbox I/O error or the state directory is in use.
+3 fatal: outbox I/O error or the state directory is in use, 130 interrupted (once).
 """
 
 
@@ -87,8 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     once = commands.add_parser(
         "once",
         help="poll once, commit, print the new transitions as JSON lines",
-        description="Poll IMDS once, commit what changed to the outbox in --state-dir, and print the new "
-        "transition records (with seq) as JSON lines on stdout. Repeated runs behave like the daemon's loop.",
+        description=(
+            "Poll IMDS once, commit what changed to the outbox in --state-dir, and print the new transition\n"
+            "records (with seq) as JSON lines on stdout. Repeated runs behave like the daemon's loop.\n\n"
+            "Each retry is logged on stderr with what failed and when this run gives up: unless\n"
+            "--retry-deadline (or SEVENTS_RETRY_DEADLINE, or the config file) says otherwise, each IMDS\n"
+            f"request gives up after {ONCE_RETRY_DEADLINE:g} s of retries instead of the daemon's 75 s. An IMDS\n"
+            "that accepts the connection but is slow to answer is waited for up to --first-call-timeout (the\n"
+            "first call on a VM may take 2 minutes), with a log line every 10 s. Ctrl-C stops it at once (exit 130)."
+        ),
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -111,13 +123,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``sevents-collector``."""
     args = build_parser().parse_args(argv)
     if args.command == "status":
-        return _status(args.state_dir)
+        try:
+            return _status(args.state_dir)
+        except OutboxError as error:
+            print(f"sevents-collector: fatal: {error}", file=sys.stderr)
+            return EXIT_FATAL
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     try:
         settings = load_settings(file=args.config, flags=flags)
     except ConfigError as error:
         print(f"sevents-collector: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.command == "once" and not _configured("retry_deadline", args.config, flags):
+        settings = dataclasses.replace(settings, retry_deadline=ONCE_RETRY_DEADLINE)
     setup_logging(settings.log_level)
     try:
         return _once(settings) if args.command == "once" else _run(settings)
@@ -127,11 +145,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FATAL
 
 
+def _configured(name: str, file: Path | None, flags: Mapping[str, Any]) -> bool:
+    """Whether a flag, the environment or the config file sets ``name`` (rather than its default)."""
+    if flags.get(name) is not None or env_name("SEVENTS_", name) in os.environ:
+        return True
+    table, _ = read_toml_section(file, SECTION)
+    return name in table
+
+
 def _once(settings: CollectorSettings) -> int:
+    stop = threading.Event()
+    _stop_on_signals(stop)
     agent = Agent(settings)
     try:
+        log.info(
+            "polling IMDS once",
+            extra={"imds_url": agent.client.base_url, "retry_deadline_s": settings.retry_deadline},
+        )
         try:
-            new = agent.poll_once()
+            new = agent.poll_once(stop)
+        except ImdsInterrupted:
+            print("sevents-collector: interrupted; nothing was committed by this poll", file=sys.stderr)
+            return EXIT_INTERRUPTED
         except (ImdsError, DecodeError) as error:
             print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
             return EXIT_POLL_FAILED
@@ -146,8 +181,8 @@ def _once(settings: CollectorSettings) -> int:
         agent.close()
 
 
-def _run(settings: CollectorSettings) -> int:
-    stop = threading.Event()
+def _stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop`` (the current IMDS wait ends at once) instead of raising mid-write."""
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log.info("stopping", extra={"signal": signal.Signals(signum).name})
@@ -155,6 +190,11 @@ def _run(settings: CollectorSettings) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+
+
+def _run(settings: CollectorSettings) -> int:
+    stop = threading.Event()
+    _stop_on_signals(stop)
     provider = make_meter_provider("sevents-collector")
     agent = Agent(settings, meter_provider=provider)
     try:

@@ -107,6 +107,16 @@ def lease_files(globs: Iterable[str]) -> list[Path]:
     return sorted(files, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
+def resolve_base_url(imds_url: str, *, discover: bool, globs: Iterable[str] = DEFAULT_LEASE_GLOBS) -> str:
+    """The IMDS base URL to use: option 245's address when ``discover`` and a lease has one, else ``imds_url``."""
+    if discover:
+        found = discover_endpoint(globs)
+        if found is not None:
+            return found
+        log.warning("no DHCP option 245 found; using imds_url", extra={"imds_url": imds_url})
+    return imds_url
+
+
 def discover_endpoint(globs: Iterable[str] = DEFAULT_LEASE_GLOBS) -> str | None:
     """``http://<address>`` from the newest lease file that carries option 245, or None."""
     for path in lease_files(globs):

@@ -1,15 +1,11 @@
-"""The IMDS HTTP edge: GET Scheduled Events and instance metadata, never via a proxy, with a written retry policy.
+"""The IMDS HTTP edge: GET Scheduled Events and instance metadata, never via a proxy, under a written retry policy.
 
 Theory of operation. Each request runs in a short-lived daemon thread while the caller waits on it and on
 ``stop``, so the first call may take the documented two minutes yet shutdown returns at once. Requests carry
 ``Metadata: true``, never ``X-Forwarded-For``, ignore every proxy setting (``trust_env=False`` and explicit
 empty ``proxies``), and never follow redirects. Requests from one client are spaced by ``min_interval_s`` so
-the collector stays well below the ~5 requests/s that IMDS allows per VM across all agents.
-
-Retry policy (per fetch): retry on 429 (Retry-After is a floor), 410 (IMDS updating, up to ~70 s), 5xx,
-timeouts and connection errors, with full-jitter exponential backoff, until ``deadline_s`` has passed.
-A 400 naming ``newest-versions`` switches to the newest api-version we support among them (logged) and tries
-again at once. Anything else (redirects, other 4xx) fails the fetch without retry.
+the collector stays well below the ~5 requests/s that IMDS allows per VM across all agents. What is retried,
+for how long, and which api-version comes next is decided by the pure policy in ``collector.imds_policy``.
 
 Errors::
 
@@ -19,42 +15,36 @@ Errors::
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Final
 
 import requests
 
 import sevents
-from sevents.retry import Backoff
+from collector.imds_policy import (
+    DEFAULT_API_VERSION,
+    DEFAULT_INSTANCE_API_VERSION,
+    RETRYABLE_KINDS,
+    SCHEDULED_EVENTS_VERSIONS,
+    ImdsPolicy,
+    choose_version,
+    classify,
+    newest_versions,
+    parse_retry_after,
+)
 
 log = logging.getLogger(__name__)
 
-SCHEDULED_EVENTS_VERSIONS: Final = (
-    "2017-03-01",
-    "2017-08-01",
-    "2017-11-01",
-    "2019-01-01",
-    "2019-04-01",
-    "2019-08-01",
-    "2020-07-01",
-)
-DEFAULT_API_VERSION: Final = "2020-07-01"
-# Has every field VmIdentity needs (resourceId arrived in 2019-03-11).
-DEFAULT_INSTANCE_API_VERSION: Final = "2021-02-01"
 DEFAULT_BASE_URL: Final = "http://169.254.169.254"
-
-# Error kinds (also the labels of the poll-error metric).
-RETRYABLE_KINDS: Final = frozenset({"throttled", "updating", "server_error", "timeout", "connection"})
 
 # Empty strings, not None: requests drops None entries when merging, "" survives and means "no proxy".
 _NO_PROXY: Final = {"http": "", "https": "", "all": "", "no": ""}
+_STILL_WAITING_S: Final = 10.0
 
 
 class ImdsError(Exception):
@@ -84,18 +74,6 @@ class ImdsInterrupted(ImdsError):
 
 
 @dataclass(frozen=True)
-class ImdsPolicy:
-    """Timeouts, pacing and retry of the client."""
-
-    connect_timeout_s: float = 3.0
-    first_call_timeout_s: float = 130.0  # the docs allow the very first call up to 2 minutes
-    read_timeout_s: float = 10.0
-    min_interval_s: float = 0.4  # at most 2.5 requests/s from this client
-    deadline_s: float = 75.0  # one fetch gives up after this long (410 lasts up to ~70 s)
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, cap=10.0))
-
-
-@dataclass(frozen=True)
 class ImdsResponse:
     """A successful fetch: the body, the api-version that produced it, and the last attempt's latency."""
 
@@ -114,52 +92,6 @@ def scheduled_events_url(base_url: str, api_version: str) -> str:
 def instance_url(base_url: str, api_version: str) -> str:
     """The instance metadata URL under ``base_url``."""
     return f"{base_url.rstrip('/')}/metadata/instance?api-version={api_version}"
-
-
-def choose_version(offered: Sequence[str], supported: Sequence[str], tried: Collection[str]) -> str | None:
-    """The api-version to try after a 400 listing ``offered``: the newest we support and have not tried.
-
-    Prefer one the server names; otherwise the newest of ours not newer than the newest it names
-    (IMDS lists only its few newest versions overall, and older ones keep working).
-    """
-    fresh = [v for v in supported if v not in tried]
-    named = [v for v in fresh if v in offered]
-    if named:
-        return max(named)
-    ceiling = max(offered, default=None)
-    older = [v for v in fresh if ceiling is None or v <= ceiling]
-    return max(older, default=None)
-
-
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date); None when absent or unreadable."""
-    if not value:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        moment = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return max(0.0, (moment - now).total_seconds())
-
-
-def classify(status: int) -> str:
-    """The error kind of a non-200 HTTP status."""
-    if status == 429:
-        return "throttled"
-    if status == 410:
-        return "updating"
-    if status >= 500:
-        return "server_error"
-    if 300 <= status < 400:
-        return "redirect"
-    if status == 400:
-        return "bad_request"
-    return f"http_{status}"
 
 
 def new_session() -> requests.Session:
@@ -261,9 +193,18 @@ class ImdsClient:
                         extra={"endpoint": what, "kind": error.kind, "attempts": attempt, "error": str(error)},
                     )
                     raise
+                # Say what failed, when the next try comes and when this fetch gives up: a person running
+                # `sevents-collector once` against an unreachable IMDS must not face a silent wait.
                 log.info(
                     "IMDS request failed; retrying",
-                    extra={"endpoint": what, "kind": error.kind, "attempt": attempt, "delay_s": round(delay, 3)},
+                    extra={
+                        "endpoint": what,
+                        "kind": error.kind,
+                        "attempt": attempt,
+                        "delay_s": round(delay, 3),
+                        "gives_up_in_s": round(max(0.0, deadline - elapsed), 1),
+                        "error": str(error),
+                    },
                 )
                 if stop.wait(delay):
                     raise ImdsInterrupted() from error
@@ -304,9 +245,19 @@ class ImdsClient:
 
         threading.Thread(target=work, name="imds-request", daemon=True).start()
         # Wait for the request or for shutdown, whichever comes first; an abandoned request ends by its timeout.
+        # A slow request (the first call may take 2 minutes) is logged now and then, so a wait is never silent.
+        started = self._monotonic()
+        next_note = started + _STILL_WAITING_S
         while not done.wait(0.1):
             if stop.is_set():
                 raise ImdsInterrupted()
+            now = self._monotonic()
+            if now >= next_note:
+                log.info(
+                    "still waiting for IMDS",
+                    extra={"url": url, "waited_s": round(now - started), "read_timeout_s": timeout[1]},
+                )
+                next_note = now + _STILL_WAITING_S
         result = outcome[0]
         if isinstance(result, requests.Response):
             return result
@@ -322,22 +273,11 @@ def _http_error(response: requests.Response) -> ImdsError:
     kind = classify(status)
     detail = response.text[:300]
     if status == 400:
-        offered = _newest_versions(response.content)
+        offered = newest_versions(response.content)
         if offered is not None:
             return ImdsError("version", f"IMDS refused the api-version: {detail}", status, offered=offered)
     retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
     return ImdsError(kind, f"IMDS answered {status} for {response.url}: {detail}", status, retry_after=retry_after)
-
-
-def _newest_versions(body: bytes) -> list[str] | None:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return None
-    versions = document.get("newest-versions") if isinstance(document, dict) else None
-    if not isinstance(versions, list):
-        return None
-    return [v for v in versions if isinstance(v, str)]
 
 
 def _reason(error: BaseException) -> str:

@@ -68,7 +68,8 @@ def _number(compute: Mapping[str, Any], key: str) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    # isdecimal, not isdigit: "²" is a digit that int() refuses, and one odd field must not cost the identity.
+    if isinstance(value, str) and value.strip().isdecimal():
         return int(value)
     return None
 

@@ -14,18 +14,20 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from collector.dhcp import DEFAULT_LEASE_GLOBS
-from collector.imds import (
-    DEFAULT_API_VERSION,
-    DEFAULT_BASE_URL,
-    DEFAULT_INSTANCE_API_VERSION,
-    SCHEDULED_EVENTS_VERSIONS,
-)
-from sevents.config import build
+from collector.imds import DEFAULT_BASE_URL
+from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
+from sevents.config import build, read_toml_section
+from sevents.errors import ConfigError
 
 SECTION: Final = "collector"
 SINKS: Final = ("local", "eventhubs")
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 OUTBOX_FILE: Final = "outbox.sqlite"
+ENV_ONLY_FIELD: Final = "eventhubs_connection_string"  # only from the environment (or its _file setting)
+_FIELD_IN_FILE_PROBLEM: Final = (
+    "config file {file}: eventhubs_connection_string must not be written in the config file (other users can "
+    "read it); use SEVENTS_EVENTHUBS_CONNECTION_STRING or eventhubs_connection_string_file (mode 0600)"
+)
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,21 @@ def load_settings(
 ) -> CollectorSettings:
     """Build the settings from the layers; raises ``sevents.errors.ConfigError`` listing every problem."""
     flags = dict(flags or {})
-    flags.pop("eventhubs_connection_string", None)  # secrets never come from a command line
-    return build(
-        CollectorSettings,
-        file=file,
-        section=SECTION,
-        env=os.environ if env is None else env,
-        flags=flags,
-        validate=validate,
-    )
+    flags.pop(ENV_ONLY_FIELD, None)  # secrets never come from a command line
+    # Nor from the config file, which is usually readable by every local user; the value is never echoed.
+    table, _ = read_toml_section(file, SECTION)
+    problems = [] if ENV_ONLY_FIELD not in table else [_FIELD_IN_FILE_PROBLEM.format(file=file)]
+    try:
+        settings = build(
+            CollectorSettings,
+            file=file,
+            section=SECTION,
+            env=os.environ if env is None else env,
+            flags=flags,
+            validate=validate,
+        )
+    except ConfigError as error:
+        raise ConfigError(problems + error.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return settings

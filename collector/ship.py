@@ -134,7 +134,10 @@ class Shipper:
 
     def shutdown(self, timeout: float) -> int:
         """Drain for up to ``timeout`` seconds, close the sink, and report how many rows are left pending."""
-        self.flush(timeout)
+        if timeout > 0:
+            # No send at all when there is no time: a send to a sink that is down blocks for its own timeout, and
+            # the process manager's stop timeout (systemd TimeoutStopSec) counts on drain_timeout being the limit.
+            self.flush(timeout)
         left = self._outbox.depth()
         self._sink.close()
         if left:

@@ -22,7 +22,11 @@ class Backoff:
 
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """The wait before the next try; a server's Retry-After is a floor, never shortened by jitter."""
-        ceiling = min(self.cap, self.initial * self.multiplier ** max(0, attempt - 1))
+        try:
+            growth = self.multiplier ** max(0, attempt - 1)
+        except OverflowError:  # past ~1000 attempts (hours into an outage) the cap was reached long ago
+            growth = float("inf")
+        ceiling = min(self.cap, self.initial * growth) if self.initial > 0 else 0.0
         jittered = self.rng.uniform(ceiling / 2, ceiling)
         return jittered if retry_after is None else max(retry_after, jittered)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -38,6 +39,28 @@ Scenario times are Azure's real timings (15 min notice, ~10 min Started); --spee
 """
 
 
+def _speed(text: str) -> float:
+    """A finite positive speed factor (nan or inf would only fail later, inside the engine's clock arithmetic)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (the socket layer raises OverflowError, not OSError, beyond that)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 65535, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sevents-imds-sim",
@@ -49,10 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario", default="demo", help="built-in scenario name or path to a TOML file (default: demo)"
     )
     parser.add_argument(
-        "--speed", type=float, default=None, help="scenario seconds per wall second (default: the scenario's own)"
+        "--speed", type=_speed, default=None, help="scenario seconds per wall second (default: the scenario's own)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port to bind, 0 = any free port (default: 8080)")
+    parser.add_argument("--port", type=_port, default=8080, help="port to bind, 0 = any free port (default: 8080)")
     parser.add_argument("--list-scenarios", action="store_true", help="list the built-in scenarios and exit")
     parser.add_argument("--exit-when-done", action="store_true", help="exit once every scenario event has ended")
     parser.add_argument(
@@ -74,9 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level)
     if args.list_scenarios:
         return _list()
-    if args.speed is not None and args.speed <= 0:
-        print("sevents-imds-sim: --speed must be positive", file=sys.stderr)
-        return 2
     try:
         scenario = load_scenario(args.scenario)
         server = SimServer(scenario, speed=args.speed, host=args.host, port=args.port)

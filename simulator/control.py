@@ -58,7 +58,7 @@ def _history(sim: SimServer, name: str) -> Reply:
 def _post_faults(sim: SimServer, body: bytes) -> Reply:
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Reply(400, {"error": "body is not JSON", "problems": []})
     if not isinstance(doc, dict):
         return Reply(400, {"error": "body must be a JSON object", "problems": []})

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from simulator.scenario import FAULT_KINDS, FAULT_PATHS, FaultSpec
+from simulator.scenario import FAULT_KINDS, FAULT_LIMITS, FAULT_PATHS, FaultSpec
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ def parse_fault(body: Mapping[str, Any], now: datetime, vm_names: Iterable[str])
     numbers: dict[str, float] = {}
     for key, default in (("count", 1), ("retry_after", 1), ("seconds", 1.0)):
         value = body.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            problems.append(f"{key}: expected a non-negative number")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= FAULT_LIMITS[key]:
+            # Also refuses NaN and infinity (JSON bodies may carry them), which would crash int() or a wait.
+            problems.append(f"{key}: expected a number from 0 to {FAULT_LIMITS[key]}")
             value = default
         numbers[key] = value
     unknown = set(body) - {"vm", "vms", "kind", "path", "count", "retry_after", "seconds"}

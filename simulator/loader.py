@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+from simulator.checks import cross_check
 from simulator.errors import ScenarioError
-from simulator.fleet import build_fleet
 from simulator.scenario import (
     DEFAULT_DESCRIPTION,
     DEFAULT_DURATION_S,
@@ -49,6 +50,10 @@ class _Table:
             value = float(value)
         if value is not None and (not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)):
             self.problems.append(f"{self.where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+            return default
+        if isinstance(value, float) and not math.isfinite(value):
+            # TOML has nan and inf; a time that is not finite would only fail later, inside the engine.
+            self.problems.append(f"{self.where}.{key}: expected a finite number, got {value!r}")
             return default
         return value
 
@@ -150,7 +155,8 @@ def _waves(root: _Table, groups: dict[str, GroupSpec]) -> list[EventSpec]:
         label = t.get("label", str, f"wave-{i}")
         start = t.get("at", float, 0.0)
         gap = t.get("gap", float, 0.0)
-        group = groups.get(t.data.get("group", ""))
+        group_name = t.data.get("group", "")
+        group = groups.get(group_name) if isinstance(group_name, str) else None
         fds = group.fault_domains if group else 1
         base = {k: v for k, v in t.data.items() if k not in ("label", "at", "gap")}
         for fd in range(fds):
@@ -222,65 +228,10 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         resets=tuple(resets),
     )
     root.finish()
-    _cross_check(scenario, by_name, problems)
+    problems.extend(cross_check(scenario, set(by_name)))
     if problems:
         raise ScenarioError(problems)
     return scenario
-
-
-def _cross_check(s: Scenario, groups: dict[str, GroupSpec], problems: list[str]) -> None:
-    """Checks that need the whole scenario: references between events, groups and VMs."""
-    fleet = build_fleet(s.fleet)
-    names = {vm.name for vm in fleet}
-    labels = [e.label for e in s.events]
-    if len(set(labels)) != len(labels):
-        problems.append("events: labels must be unique")
-    if s.speed <= 0:
-        problems.append("speed: must be positive")
-    for e in s.events:
-        members = {vm.name: vm for vm in fleet if vm.group == e.group}
-        if e.group and e.group not in groups:
-            problems.append(f"event {e.label}: unknown group {e.group!r}")
-        if e.after and e.after not in labels:
-            problems.append(f"event {e.label}: 'after' names unknown event {e.after!r}")
-        problems.extend(f"event {e.label}: {v!r} is not a VM of group {e.group!r}" for v in e.vms if v not in members)
-        if e.fault_domain is not None and members and all(vm.fault_domain != e.fault_domain for vm in members.values()):
-            problems.append(f"event {e.label}: group {e.group!r} has no VM in fault domain {e.fault_domain}")
-        times = (e.at_s or 0.0, e.gap_s, e.notice_s, e.started_for_s, e.start_delay_s, e.cancel_after_s or 0.0)
-        if min(times) < 0:
-            problems.append(f"event {e.label}: times must not be negative")
-    problems.extend(_cycles(s))
-    wave_labels = {e.wave for e in s.events if e.wave}
-    for a in s.approvals:
-        if a.event != "*" and a.event not in labels and a.event not in wave_labels:
-            problems.append(f"approval: unknown event {a.event!r}")
-        if a.by not in ("first", "all") and a.by not in names:
-            problems.append(f"approval: 'by' must be first, all or a VM name, not {a.by!r}")
-    for fault in s.faults:
-        problems.extend(f"fault: unknown VM {v!r}" for v in fault.vms if v != "*" and v not in names)
-        if fault.count < 1 or fault.retry_after_s < 0 or fault.seconds < 0 or fault.at_s < 0:
-            problems.append("fault: count must be at least 1; at, retry_after and seconds must not be negative")
-    ids = [e.event_id for e in s.events if e.event_id]
-    if len(set(ids)) != len(ids):
-        problems.append("events: explicit ids must be unique")
-    for r in s.resets:
-        if r.group and r.group not in groups:
-            problems.append(f"reset: unknown group {r.group!r}")
-
-
-def _cycles(s: Scenario) -> list[str]:
-    """Events whose ``after`` chain loops back on itself would never appear."""
-    after = {e.label: e.after for e in s.events}
-    problems = []
-    for label in after:
-        seen, current = set(), label
-        while after.get(current):
-            if current in seen:
-                problems.append(f"event {label}: its 'after' chain loops")
-                break
-            seen.add(current)
-            current = after[current]
-    return problems
 
 
 def builtin_names() -> list[str]:

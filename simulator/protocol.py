@@ -153,6 +153,11 @@ def check_request(headers: Mapping[str, str], query: Mapping[str, list[str]], ve
     return given[0]
 
 
+def _present_in(version: str, fields: Mapping[str, Any], since: Mapping[str, str]) -> dict[str, Any]:
+    """The fields that ``version`` carries: each appears from the api-version ``since`` names on."""
+    return {name: value for name, value in fields.items() if version >= since[name]}
+
+
 def _event_visible(version: str, event_type: str) -> bool:
     since = _EVENT_TYPE_SINCE.get(event_type)
     return since is None or version >= since
@@ -174,9 +179,7 @@ def render_event(version: str, event: EventView) -> dict[str, Any]:
         "EventSource": event.event_source,
         "DurationInSeconds": event.duration_s,
     }
-    for field, value in optional.items():
-        if version >= _FIELD_SINCE[field]:
-            entry[field] = value
+    entry.update(_present_in(version, optional, _FIELD_SINCE))
     return entry
 
 
@@ -210,9 +213,7 @@ def render_instance(version: str, vm: VmView) -> dict[str, Any]:
         "vmScaleSetName": vm.scale_set,
         "resourceId": vm.resource_id,
     }
-    for field, value in optional.items():
-        if version >= _COMPUTE_SINCE[field]:
-            compute[field] = value
+    compute.update(_present_in(version, optional, _COMPUTE_SINCE))
     network = {
         "interface": [
             {
@@ -232,7 +233,7 @@ def parse_start_requests(body: bytes) -> list[str] | None:
     """EventIds of an approval body ``{"StartRequests": [{"EventId": ...}]}``; None when malformed."""
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("StartRequests"), list):
         return None

@@ -14,6 +14,8 @@ EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 GROUP_KINDS: Final = ("availability-set", "scale-set", "standalone")
 FAULT_KINDS: Final = ("429", "410", "500", "timeout", "slow", "malformed", "truncated", "reset")
 FAULT_PATHS: Final = ("scheduledevents", "instance", "any")
+# Upper bounds of a fault's numbers: beyond them a wait overflows the platform's timeout (and no game day needs more).
+FAULT_LIMITS: Final = {"count": 1_000_000, "retry_after": 86_400, "seconds": 3_600.0}
 # Minimum notice per event type (seeds: Freeze/Reboot 15 min, Redeploy 10, Terminate 5-15, Preempt ~30 s).
 DEFAULT_NOTICE_S: Final = {"Freeze": 900, "Reboot": 900, "Redeploy": 600, "Terminate": 300, "Preempt": 30}
 DEFAULT_DURATION_S: Final = {"Freeze": 7, "Reboot": -1, "Redeploy": -1, "Terminate": -1, "Preempt": -1}

@@ -66,8 +66,8 @@ class SimServer:
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.speed = float(speed) if speed is not None else self.scenario.speed
-        if self.speed <= 0:
-            raise ValueError("speed must be positive")
+        if not 0 < self.speed < float("inf"):  # also refuses NaN
+            raise ValueError("speed must be a finite positive number")
         self._clock = clock
         self._new_id = new_id
         self._vm_names = [vm.name for vm in build_fleet(self.scenario.fleet)]

@@ -1,0 +1,1 @@
+"""Tests of the collector's pure core: decode, transitions, enrich."""

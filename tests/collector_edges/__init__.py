@@ -1,0 +1,1 @@
+"""Tests of the collector's edges against real loopback servers, files and subprocesses."""

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from collector.agent import Agent, AgentError
 from collector.imds import ImdsError
-from collector.outbox import DROP_TRANSITIONS_DEFERRED, OutboxRow
+from collector.outbox import DROP_TRANSITIONS_DEFERRED, OutboxIOError, OutboxRow
 from collector.settings import CollectorSettings
 from collector.ship import SinkError
 from sevents import records
@@ -50,6 +50,20 @@ def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
             for metric in scope.metrics:
                 found[metric.name] = list(metric.data.data_points)
     return found
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for ``condition`` with a deadline generous enough for a loaded 2-core CI machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def kinds_committed(agent: Agent, sink: ScriptedSink) -> list[str]:
+    """Transition kinds committed so far: those already shipped and those still in the outbox."""
+    rows = [*sink.received, *agent.outbox.pending()]
+    return [json.loads(r.payload).get("kind") for r in rows if r.record_type == "transition"]
 
 
 def test_poll_once_commits_transitions_with_identity_and_seq(imds: FakeImds, settings: CollectorSettings) -> None:
@@ -190,11 +204,10 @@ def test_run_ships_retries_and_drains_on_stop(imds: FakeImds, settings: Collecto
     imds.set_document(1, [event("e1")])
     worker.start()
     try:
-        deadline = time.monotonic() + 15
-        while not any(r.record_type == "transition" for r in sink.received) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: any(r.record_type == "transition" for r in sink.received))
         imds.set_document(2, [event("e1", status="Started")])
-        time.sleep(0.3)
+        # Stop once the change is committed (shipped or not): the drain on stop must ship what is left.
+        wait_until(lambda: "status_changed" in kinds_committed(agent, sink))
     finally:
         stop.set()
         worker.join(timeout=15)
@@ -219,3 +232,12 @@ def test_clock_is_injected(imds: FakeImds, settings: CollectorSettings) -> None:
         assert record["observed_at"] == "2026-01-02T03:04:05.006Z"
     finally:
         agent.close()
+
+
+def test_a_failed_start_releases_the_state_dir(settings: CollectorSettings) -> None:
+    """An agent that cannot open its outbox lets go of the state-dir lock, so a retry in the same process works."""
+    settings.outbox_path.mkdir(parents=True)  # a directory where the SQLite file should be
+    with pytest.raises(OutboxIOError):
+        Agent(settings)
+    settings.outbox_path.rmdir()
+    Agent(settings).close()

@@ -93,3 +93,27 @@ def test_parse_instance_raises_only_value_error(body: bytes) -> None:
     """Arbitrary bytes either parse to an identity with a vmId or raise ValueError, nothing else."""
     with contextlib.suppress(ValueError):
         assert parse_instance(body).vm_id
+
+
+def test_parse_instance_odd_domain_numbers_do_not_cost_the_identity() -> None:
+    """A fault domain written with a non-ASCII digit that int() refuses ("²") reads as unknown; the rest stays."""
+    vm = parse_instance(
+        '{"compute": {"vmId": "abc", "platformFaultDomain": "\u00b2", "platformUpdateDomain": "3"}}'.encode()
+    )
+    assert (vm.vm_id, vm.fault_domain, vm.update_domain) == ("abc", None, 3)
+
+
+def test_connection_string_in_the_config_file_is_refused(tmp_path: Path) -> None:
+    """A SAS connection string written into the (typically world-readable) config file is refused, not echoed."""
+    secret = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0"
+    config = tmp_path / "collector.toml"
+    config.write_text(
+        f'[collector]\nsink = "eventhubs"\neventhubs_name = "hub"\neventhubs_connection_string = "{secret}"\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(file=config, env={})
+    text = str(caught.value)
+    assert "eventhubs_connection_string" in text and "SEVENTS_EVENTHUBS_CONNECTION_STRING" in text
+    assert "c2VjcmV0" not in text
+    settings = load_settings(file=None, env={"SEVENTS_EVENTHUBS_CONNECTION_STRING": secret})
+    assert settings.connection_string() == secret and "c2VjcmV0" not in repr(settings)

@@ -70,10 +70,31 @@ def test_run_ships_and_stops_promptly(tmp_path: Path) -> None:
         worker.start()
         fill(outbox, 5)
         shipper.wake()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while outbox.depth() and time.monotonic() < deadline:
             time.sleep(0.01)
         stop.set()
-        worker.join(timeout=2)
+        worker.join(timeout=10)
         assert not worker.is_alive()
         assert len(sink.received) == 5 and outbox.depth() == 0
+
+
+def test_a_long_sink_outage_does_not_kill_the_shipper(tmp_path: Path) -> None:
+    """Past a thousand refused batches (hours of outage at the real cap) the backoff still answers and rows ship."""
+    with Outbox(tmp_path / "o.sqlite") as outbox:
+        fill(outbox, 3)
+        sink = ScriptedSink(failures=1100)
+        shipper = Shipper(outbox, sink, backoff=Backoff(initial=0.0, cap=0.0))
+        assert shipper.flush(timeout=60.0)
+        assert [r.seq for r in sink.received] == [1, 2, 3]
+        assert shipper.failures == 1100
+
+
+def test_shutdown_without_time_sends_nothing(tmp_path: Path) -> None:
+    """shutdown(0) (the agent's close after run() already drained) only closes the sink: no send past the drain."""
+    with Outbox(tmp_path / "o.sqlite") as outbox:
+        fill(outbox, 4)
+        sink = ScriptedSink()
+        shipper = Shipper(outbox, sink, backoff=QUICK)
+        assert shipper.shutdown(timeout=0.0) == 4
+        assert sink.received == [] and sink.closed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,13 @@ def test_agents_record_every_event_the_simulator_shows(scenario: str, tmp_path: 
             thread.start()
         try:
             assert sim.wait_done(timeout=60)
-            stop.wait(0.5)  # a few more polls see the last disappearance
+            # Two more polls per agent: the first of them began after the end, so it saw the last disappearance
+            # and (polls run one after another) was committed before the second began.
+            polls = [a.polls for a in agents]
+            deadline = time.monotonic() + 30
+            while any(a.polls < p + 2 for a, p in zip(agents, polls, strict=True)):
+                assert time.monotonic() < deadline, "agents stopped polling"
+                stop.wait(0.02)
         finally:
             stop.set()
             for thread in threads:

@@ -1,0 +1,1 @@
+"""Tests of the IMDS simulator: protocol, scenarios, faults, and the collector against it."""

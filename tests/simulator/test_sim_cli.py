@@ -79,3 +79,11 @@ def test_runs_a_scenario_logs_and_exits_when_done(tmp_path: Path) -> None:
         assert message in messages
     rows = json.loads(truth.read_text())
     assert len(rows) == 4 and {row["outcome"] for row in rows} == {"completed"}
+
+
+def test_odd_speed_and_port_are_clear_errors() -> None:
+    """A speed that is not a finite positive number, or a port outside 0-65535, exits 2 with a message."""
+    for args in (("--speed", "nan"), ("--speed", "inf"), ("--port", "70000"), ("--port", "-1")):
+        out = run(*args, "--exit-when-done", "--linger", "0", timeout=30)
+        assert out.returncode == 2, (args, out.stderr)
+        assert "Traceback" not in out.stderr and args[0] in out.stderr

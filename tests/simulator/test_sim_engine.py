@@ -279,3 +279,21 @@ def test_cancel_at_not_before_wins_and_stays_cancelled() -> None:
     row = e.truth()[0]
     assert (row["outcome"], row["started_at"], row["ended_at"]) == ("cancelled", None, at(50))
     assert all(ev.status == "Scheduled" for doc in e.history("web-0") for ev in doc.events)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_times_are_scenario_problems(value: float) -> None:
+    """TOML allows nan and inf; a scenario time that is not finite is a listed problem, not a crash later."""
+    data = {
+        "fleet": {"groups": [{"name": "web", "size": 2}]},
+        "events": [{"group": "web", "type": "Freeze", "at": 0, "notice": value}],
+    }
+    with pytest.raises(ScenarioError, match="notice"):
+        parse_scenario(data, "odd")
+
+
+def test_wave_with_a_non_text_group_is_a_scenario_problem() -> None:
+    """A wave whose group is not a name (say, a list) is reported as a problem, not a TypeError."""
+    data = {"fleet": {"groups": [{"name": "web", "size": 2}]}, "waves": [{"group": ["web"], "type": "Freeze"}]}
+    with pytest.raises(ScenarioError, match="group"):
+        parse_scenario(data, "odd")

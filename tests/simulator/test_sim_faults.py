@@ -146,7 +146,10 @@ def test_rate_limit_throttles_a_busy_vm(start_sim: Callable[..., SimServer], htt
     scenario = small_scenario(EVENTS)
     scenario = replace(scenario, fleet=replace(scenario.fleet, rate_limit=5.0))
     server = start_sim(scenario, speed=1.0)
-    answers = [get(server, http) for _ in range(8)]
+    # Poll until throttled (a slow machine may spread the first requests over more than a second).
+    answers: list[requests.Response] = []
+    while len(answers) < 60 and not any(r.status_code == 429 for r in answers):
+        answers.append(get(server, http))
     assert [r.status_code for r in answers[:5]] == [200] * 5
     throttled = [r for r in answers if r.status_code == 429]
     assert throttled and all(r.headers["Retry-After"] == "1" for r in throttled)
@@ -163,3 +166,26 @@ def test_invalid_content_length_is_400(sim: SimServer) -> None:
             b"Host: x\r\nMetadata: true\r\nContent-Length: lots\r\n\r\n"
         )
         assert conn.recv(100).startswith(b"HTTP/1.1 400")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"vm": "web-0", "kind": "500", "count": float("inf")},
+        {"vm": "web-0", "kind": "500", "count": float("nan")},
+        {"vm": "web-0", "kind": "timeout", "seconds": 1e300},
+        {"vm": "web-0", "kind": "429", "retry_after": 1e300},
+    ],
+)
+def test_absurd_fault_numbers_are_400(sim: SimServer, http: requests.Session, fault: dict[str, object]) -> None:
+    """Non-finite or absurdly large fault numbers are refused with a problem list, and the server keeps serving."""
+    r = http.post(sim.base_url + "/_sim/faults", data=json.dumps(fault), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["problems"]
+    assert get(sim, http).status_code == 200
+    assert sim.faults.pending() == []
+
+
+def test_deeply_nested_control_body_is_400(sim: SimServer, http: requests.Session) -> None:
+    """A fault body nested deeper than the JSON parser's recursion limit is a 400, not a dropped connection."""
+    r = http.post(sim.base_url + "/_sim/faults", data=b"[" * 50_000)
+    assert r.status_code == 400

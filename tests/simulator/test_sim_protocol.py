@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -12,7 +11,6 @@ import pytest
 import requests
 
 from simulator import SimServer
-from simulator.loader import parse_scenario
 from simulator.protocol import INSTANCE_VERSIONS, SCHEDULED_EVENTS_VERSIONS
 from tests.simulator.conftest import HEADERS, events_url, small_scenario
 
@@ -268,28 +266,6 @@ def test_truth_endpoint_serves_the_interface_shape(still: SimServer, http: reque
     assert status["done"] is False and status["vms"] == 4
 
 
-def test_first_call_is_slow_and_idle_switches_off(start_sim: Callable[..., SimServer], http: requests.Session) -> None:
-    """The call that switches Scheduled Events on is slow; after idle_off without polls it starts over."""
-    data = {
-        "fleet": {"idle_off": 400, "first_call_delay": 0.3, "groups": [{"name": "web", "size": 2}]},
-        "events": [{"group": "web", "type": "Freeze", "at": 0, "notice": 1000, "started_for": 100}],
-    }
-    server = start_sim(parse_scenario(data, "idle"), speed=1000.0)
-    began = time.monotonic()
-    first = _doc(server, http, "web-0", "2020-07-01")
-    assert time.monotonic() - began >= 0.3
-    assert first["DocumentIncarnation"] == 2 and first["Events"][0]["EventStatus"] == "Scheduled"
-    began = time.monotonic()
-    assert _doc(server, http, "web-0", "2020-07-01") == first
-    assert time.monotonic() - began < 0.3  # no longer switching on
-    assert server.wait_done(5)
-    time.sleep(0.5)  # 500 scenario seconds without a poll: switched off
-    began = time.monotonic()
-    again = _doc(server, http, "web-0", "2020-07-01")
-    assert time.monotonic() - began >= 0.3
-    assert again == {"DocumentIncarnation": 1, "Events": []}
-
-
 def test_vms_and_history_endpoints(still: SimServer, http: requests.Session) -> None:
     """GET /_sim/vms lists each VM's identity and base path; /_sim/history the documents a VM went through."""
     vms = http.get(still.base_url + "/_sim/vms").json()
@@ -304,3 +280,10 @@ def test_vms_and_history_endpoints(still: SimServer, http: requests.Session) -> 
     assert len(docs[1]["events"]) == 4 and docs[0]["events"] == []
     assert http.get(still.base_url + "/_sim/history?vm=ghost").status_code == 404
     assert http.get(still.base_url + "/_sim/nothing").status_code == 404
+
+
+def test_deeply_nested_approval_body_is_400(still: SimServer, http: requests.Session) -> None:
+    """An approval body nested deeper than the JSON parser's recursion limit is 400 and approves nothing."""
+    r = http.post(events_url(still, "web-0"), data=b"[" * 50_000, headers=HEADERS)
+    assert r.status_code == 400
+    assert still.approvals() == []
