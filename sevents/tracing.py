@@ -1,0 +1,44 @@
+"""W3C trace context for records: a deterministic ``traceparent`` per record, and its parsing back into a span context.
+
+A record's trace id is its ``record_id`` (32 hex digits, the same width as a W3C trace id), so the trace of
+one transition can be found from the ClickHouse row, the collector's log line or the Event Hubs message
+without any state shared between them. The parent (span) id is derived from the record id and ``seq``, the
+collector-side hop that produced the message. See https://www.w3.org/TR/trace-context/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Final
+
+from opentelemetry.trace import SpanContext, TraceFlags
+
+TRACEPARENT: Final = "traceparent"
+_PATTERN = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def traceparent_for(record_id: str, seq: int) -> str | None:
+    """The ``traceparent`` of one record, or None when its id cannot serve as a trace id."""
+    trace_id = record_id.lower()
+    if not _HEX32.fullmatch(trace_id) or trace_id == "0" * 32:
+        return None
+    span_id = hashlib.sha256(f"{trace_id}/{seq}".encode()).hexdigest()[:16]
+    if span_id == "0" * 16:  # all-zero ids are invalid in W3C trace context
+        span_id = "0" * 15 + "1"
+    return f"00-{trace_id}-{span_id}-01"
+
+
+def parse_traceparent(value: str | bytes | None) -> SpanContext | None:
+    """The remote span context a ``traceparent`` names, or None for anything malformed."""
+    if value is None:
+        return None
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    match = _PATTERN.fullmatch(text.strip().lower())
+    if match is None:
+        return None
+    trace_id, span_id, flags = (int(group, 16) for group in match.groups())
+    if trace_id == 0 or span_id == 0:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 0x01))
