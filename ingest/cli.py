@@ -1,0 +1,207 @@
+"""``sevents-ingest``: migrate the schema, run the ingest worker, audit the history, render reports."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ingest import queries
+from ingest.errors import IngestError
+from ingest.migrate import migrate
+from ingest.output import FORMATS, render
+from ingest.settings import IngestSettings, load
+from ingest.wiring import build, open_client
+from sevents.errors import ConfigError
+from sevents.logs import setup_logging
+from sevents.telemetry import make_meter_provider
+
+log = logging.getLogger("ingest")
+
+EPILOG = """\
+targets: --clickhouse chdb:///abs/dir (embedded, one process per directory) or https://user@host:8443
+(password from SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file, never a flag).
+Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
+"""
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table")
+    parser.add_argument("--clickhouse", help="chdb:///abs/dir or https://user@host:8443")
+    parser.add_argument("--database", help="database name (default sevents)")
+    parser.add_argument("--cluster", help="cluster name: Replicated + Distributed tables, ON CLUSTER DDL")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="sevents-ingest",
+        description="Load collector records into ClickHouse and query the maintenance history.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = top.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("migrate", help="create or update the schema (idempotent)", epilog=EPILOG)
+    _common(p)
+
+    p = sub.add_parser("run", help="ingest records until stopped (SIGTERM/SIGINT) or, with --until-idle, drained")
+    _common(p)
+    p.add_argument("--source", help="outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] (collector state dirs) or eventhubs")
+    p.add_argument("--until-idle", action="store_true", help="drain every outbox, then exit")
+    p.add_argument("--batch-max-records", type=int, help="records per insert at most (default 10000)")
+    p.add_argument("--batch-max-wait", type=float, help="seconds a partial batch waits for more (default 1)")
+    p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+
+    p = sub.add_parser("audit", help="answer audit questions from the history")
+    audit = p.add_subparsers(dest="question", required=True)
+    a = audit.add_parser("vm", help="what happened to a VM between two times")
+    a.add_argument("vm", help="VM name or vmId")
+    _window(a)
+    a = audit.add_parser("event", help="everything an EventId touched, per fault domain")
+    a.add_argument("event_id")
+    a.add_argument("--per-vm", action="store_true", help="one row per VM instead of per fault domain")
+    a = audit.add_parser("disruptive", help="Reboot and Redeploy events in a window: approval latency, impact")
+    _window(a)
+    a.add_argument("--types", default="Reboot,Redeploy", help="event types (comma separated)")
+    a = audit.add_parser("silent", help="VMs whose collector went quiet or whose last poll failed")
+    a.add_argument("--threshold", type=int, default=180, help="seconds without a heartbeat (default 180)")
+    a = audit.add_parser("events", help="every event first seen in a window")
+    _window(a)
+    a = audit.add_parser("fault-domains", help="approval latency and impact per fault domain in a window")
+    _window(a)
+    audit.add_parser("counts", help="rows per table after deduplication")
+    for choice in audit.choices.values():
+        _common(choice)
+        choice.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
+
+    sub.add_parser(
+        "report", help="render the HTML incident report (dashboards.report); see report --help", add_help=False
+    )
+    return top
+
+
+def _window(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", default="24h", help="ISO 8601 time or an age like 90m, 24h, 7d (default 24h)")
+    p.add_argument("--until", default="now", help="ISO 8601 time, an age, or now (default)")
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """``now``, an age (``90s``, ``15m``, ``24h``, ``7d``) before now, or an ISO 8601 time (UTC if no zone)."""
+    if text == "now":
+        return now
+    match = re.fullmatch(r"(\d+)([smhd])", text)
+    if match:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
+        return now - timedelta(**{unit: int(match.group(1))})
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _settings(args: argparse.Namespace) -> IngestSettings:
+    flags = {
+        name: getattr(args, name, None)
+        for name in ("clickhouse", "database", "cluster", "log_level", "source", "batch_max_records", "batch_max_wait")
+    }
+    return load(file=args.config, env=os.environ, flags=flags)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "report":
+        return _report(argv[1:])
+    args = parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+    except ConfigError as error:
+        print(f"sevents-ingest: {error}", file=sys.stderr)
+        return 2
+    setup_logging(settings.log_level)
+    try:
+        if args.command == "migrate":
+            applied = migrate(open_client(settings), settings.target)
+            print(f"schema up to date; applied {applied or 'nothing'}")
+            return 0
+        if args.command == "run":
+            return _run(settings, args)
+        return _audit(settings, args)
+    except IngestError as error:
+        print(f"sevents-ingest: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    provider = make_meter_provider("sevents-ingest")
+    pipeline = build(
+        settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
+    )
+    log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
+    pipeline.source.run(pipeline.handler, stop)
+    log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
+    provider.shutdown()
+    return 0
+
+
+def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
+    now = datetime.now(UTC)
+    q = args.question
+    params: dict[str, Any] = {}
+    if q in ("vm", "disruptive", "events", "fault-domains"):
+        try:
+            params = {"since": parse_when(args.since, now), "until": parse_when(args.until, now)}
+        except ValueError as error:
+            print(f"sevents-ingest: bad --since/--until: {error}", file=sys.stderr)
+            return 2
+    if q == "vm":
+        query, params = queries.VM_HISTORY, {**params, "vm": args.vm}
+    elif q == "event":
+        query = queries.EVENT_VMS if args.per_vm else queries.EVENT_BY_FAULT_DOMAIN
+        params = {"event_id": args.event_id}
+    elif q == "disruptive":
+        query = queries.DISRUPTIVE_EVENTS
+        params["types"] = [t.strip() for t in args.types.split(",") if t.strip()]
+    elif q == "silent":
+        query, params = queries.SILENT_VMS, {"now": now, "threshold_s": args.threshold}
+    elif q == "events":
+        query = queries.EVENTS_IN_WINDOW
+    elif q == "fault-domains":
+        query = queries.FAULT_DOMAIN_SUMMARY
+    else:
+        query = queries.COUNTS
+    result = queries.run(open_client(settings), query, settings.database, **params)
+    if args.format == "table":
+        print(f"# {query.title}")
+    sys.stdout.write(render(result, args.format))
+    return 0
+
+
+def _report(argv: list[str]) -> int:
+    try:
+        report = importlib.import_module("dashboards.report")
+    except ModuleNotFoundError as error:
+        if error.name not in ("dashboards", "dashboards.report"):
+            raise
+        print("sevents-ingest report: dashboards.report is not installed in this build", file=sys.stderr)
+        return 2
+    return int(report.main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The ClickHouse edge: turn a ``--clickhouse`` target into a client, and name the errors that mean "not stored".
+
+Targets: ``chdb:///abs/path`` (the embedded engine, one process per directory) or
+``https://user@host:8443`` / ``http://user@host:8123`` (a server). The password never comes from the target
+or a flag: it is read from ``SEVENTS_CLICKHOUSE_PASSWORD`` or from a file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from ingest.errors import TargetError
+
+# Anything the client raises when a statement was not (or not surely) carried out.
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, OSError)
+
+PASSWORD_ENV = "SEVENTS_CLICKHOUSE_PASSWORD"  # noqa: S105 -- a variable name, not a password
+
+
+def target_problems(target: str) -> list[str]:
+    """What is wrong with a ``--clickhouse`` value (empty when it is usable)."""
+    parsed = urlparse(target)
+    if parsed.scheme == "chdb":
+        if parsed.netloc or not parsed.path.startswith("/"):
+            return [f"clickhouse target {target!r}: use chdb:///absolute/path for the embedded engine"]
+        return []
+    if parsed.scheme in ("http", "https"):
+        if parsed.password is not None:
+            return ["clickhouse target must not contain a password: use SEVENTS_CLICKHOUSE_PASSWORD or a file"]
+        if not parsed.hostname:
+            return [f"clickhouse target {target!r} has no host"]
+        return []
+    return [f"clickhouse target {target!r}: expected chdb:///path or https://user@host:8443"]
+
+
+def is_embedded(target: str) -> bool:
+    return target.startswith("chdb:")
+
+
+def read_password(env: Mapping[str, str], password_file: Path | None) -> str:
+    """The server password from the environment, else from the file (first line), else empty."""
+    if env.get(PASSWORD_ENV):
+        return env[PASSWORD_ENV]
+    if password_file is not None:
+        try:
+            return password_file.read_text(encoding="utf-8").splitlines()[0].strip()
+        except (OSError, IndexError) as error:
+            raise TargetError(f"cannot read the ClickHouse password file {password_file}: {error}") from error
+    return ""
+
+
+def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | None = None) -> Any:
+    """A clickhouse-connect client for ``target``; raises TargetError with a readable reason."""
+    problems = target_problems(target)
+    if problems:
+        raise TargetError("; ".join(problems))
+    parsed = urlparse(target)
+    try:
+        if parsed.scheme == "chdb":
+            Path(parsed.path).mkdir(parents=True, exist_ok=True)
+            return clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}", settings=dict(settings or {}))
+        return clickhouse_connect.get_client(
+            host=parsed.hostname,
+            port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
+            username=unquote(parsed.username or "default"),
+            password=password,
+            secure=parsed.scheme == "https",
+            settings=dict(settings or {}),
+        )
+    except CLIENT_ERRORS as error:
+        text = str(error)
+        if parsed.scheme == "chdb" and (_locked(Path(parsed.path)) or "already running" in text):
+            raise TargetError(
+                f"the embedded ClickHouse directory {parsed.path} is open in another process "
+                "(a running sevents-ingest?): stop it first, or query a ClickHouse server"
+            ) from error
+        raise TargetError(f"cannot connect to ClickHouse at {_safe(target)}: {text}") from error
+
+
+def _locked(directory: Path) -> bool:
+    """Whether another process holds the embedded engine's lock on ``directory`` (its ``status`` file)."""
+    status = directory / "status"
+    if not status.is_file():
+        return False
+    try:
+        with status.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+def _safe(target: str) -> str:
+    parsed = urlparse(target)
+    if parsed.scheme == "chdb":
+        return target
+    return parsed._replace(netloc=parsed.hostname or "", query="", fragment="").geturl()

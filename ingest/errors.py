@@ -1,0 +1,47 @@
+"""The ingest's error tree.
+
+SeventsError (sevents.errors)
+└── IngestError
+    ├── InvalidRecord     one record cannot be loaded: it goes to dead_letters, the batch goes on
+    ├── StoreError        ClickHouse did not confirm an insert: retried, nothing acknowledged meanwhile
+    ├── Interrupted       shutdown was asked for while a batch was still unstored: the source must not ack
+    ├── MigrationError    the schema cannot be brought up to date (edited migration, bad DDL)
+    └── TargetError       the --clickhouse target is malformed, unreachable or already in use
+"""
+
+from __future__ import annotations
+
+from sevents.errors import SeventsError
+
+
+class IngestError(SeventsError):
+    """Base of every error the ingest raises on purpose."""
+
+
+class InvalidRecord(IngestError):
+    """A record failed decoding or validation; ``reason`` is a short stable label for metrics."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class StoreError(IngestError):
+    """ClickHouse refused or did not answer; whatever was being stored must be retried."""
+
+
+class RejectedRows(StoreError):
+    """The rows, not the server, are the problem (a value the column or a constraint refuses): never retried."""
+
+
+class Interrupted(IngestError):
+    """Shutdown interrupted a batch before ClickHouse confirmed it; it was not acknowledged."""
+
+
+class MigrationError(IngestError):
+    """The schema cannot be migrated."""
+
+
+class TargetError(IngestError):
+    """The ClickHouse target cannot be used."""

@@ -1,0 +1,153 @@
+"""A whole pipeline in one process: simulated fleet -> real collectors (threads) -> outboxes -> ingest -> chdb.
+
+Used by ``sevents-demo``, the end-to-end test and the latency benchmark. Every part is the real one: the
+simulator serves HTTP on loopback, each collector ``Agent`` has its own state dir and polls it over HTTP,
+the ingest reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.agent import Agent
+from collector.settings import CollectorSettings
+from ingest.settings import IngestSettings
+from ingest.wiring import Pipeline, build
+from simulator import SimServer, load_scenario
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FleetRun:
+    """A running simulated fleet with its collectors and ingest; ``finish()`` drains, ``close()`` releases."""
+
+    workdir: Path
+    sim: SimServer
+    settings: IngestSettings
+    poll_interval: float
+    agents: list[Agent] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    collectors_stop: threading.Event = field(default_factory=threading.Event)
+    ingest_stop: threading.Event = field(default_factory=threading.Event)
+    pipeline: Pipeline | None = None
+    ingest_thread: threading.Thread | None = None
+    failures: list[BaseException] = field(default_factory=list)
+
+    @property
+    def client(self) -> Any:
+        assert self.pipeline is not None
+        return self.pipeline.client
+
+    def stored(self) -> int:
+        """Records and dead letters stored so far."""
+        return 0 if self.pipeline is None else self.pipeline.handler.stored
+
+    def backlog(self) -> int:
+        """Records waiting in the collectors' outboxes."""
+        return sum(agent.outbox.depth() for agent in self.agents)
+
+    def finish(self, settle_s: float | None = None) -> None:
+        """Let collectors see the last changes, stop them, stop the live ingest and drain every outbox."""
+        self.collectors_stop.wait(2 * self.poll_interval + 0.5 if settle_s is None else settle_s)
+        self.collectors_stop.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        self.ingest_stop.set()
+        if self.ingest_thread is not None:
+            self.ingest_thread.join(timeout=60)
+        drain = build(self.settings, threading.Event(), client=self.client, apply_migrations=False, until_idle=True)
+        drain.source.run(drain.handler, threading.Event())
+        assert self.pipeline is not None
+        self.pipeline.handler.stored += drain.handler.stored
+        if self.failures:
+            raise RuntimeError(f"{len(self.failures)} pipeline threads failed") from self.failures[0]
+
+    def close(self) -> None:
+        """Stop everything and release the outboxes, the simulator and the ClickHouse client (idempotent)."""
+        self.collectors_stop.set()
+        self.ingest_stop.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        for agent in self.agents:
+            agent.close()
+        self.agents.clear()
+        self.sim.stop()
+        if self.pipeline is not None:
+            self.pipeline.client.close()
+            self.pipeline = None
+
+
+def start(
+    workdir: Path,
+    *,
+    scenario: str = "demo",
+    speed: float | None = None,
+    poll_interval: float = 1.0,
+    heartbeat_interval: float = 5.0,
+    batch_max_wait: float = 0.5,
+    fresh: bool = True,
+    clickhouse: str | None = None,
+    database: str = "sevents",
+) -> FleetRun:
+    """Start the simulator, one collector thread per VM, and the ingest thread; returns at once.
+
+    ``clickhouse`` defaults to ``chdb://<workdir>/clickhouse``; a process can hold one chdb directory only, so
+    tests pass the one they already use (with their own ``database``).
+    """
+    workdir = workdir.resolve()
+    if fresh:
+        for part in ("clickhouse", "collectors"):
+            shutil.rmtree(workdir / part, ignore_errors=True)
+    (workdir / "collectors").mkdir(parents=True, exist_ok=True)
+    sim = SimServer(load_scenario(scenario), speed=speed)
+    settings = IngestSettings(
+        clickhouse=clickhouse or f"chdb://{workdir / 'clickhouse'}",
+        database=database,
+        source=f"outbox:{workdir / 'collectors'}/*",
+        batch_max_wait=batch_max_wait,
+        poll_interval=min(0.2, batch_max_wait) or 0.05,
+    )
+    run = FleetRun(workdir, sim, settings, poll_interval)
+    try:
+        sim.start()
+        base = CollectorSettings()
+        for name in sim.vm_names:
+            collector = dataclasses.replace(
+                base,
+                imds_url=sim.vm_base_url(name),
+                state_dir=workdir / "collectors" / name,
+                poll_interval=poll_interval,
+                heartbeat_interval=heartbeat_interval,
+                min_request_interval=0.0,
+                first_call_timeout=10.0,
+            )
+            run.agents.append(Agent(collector))
+        run.pipeline = build(settings, run.ingest_stop)
+        for agent in run.agents:
+            run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))
+        pipeline = run.pipeline
+        run.ingest_thread = _thread(run, lambda: pipeline.source.run(pipeline.handler, run.ingest_stop), "ingest")
+    except BaseException:
+        run.close()
+        raise
+    return run
+
+
+def _thread(run: FleetRun, target: Any, name: str) -> threading.Thread:
+    def work() -> None:
+        try:
+            target()
+        except BaseException as error:
+            log.exception("pipeline thread failed", extra={"thread": name})
+            run.failures.append(error)
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,152 @@
+"""The ``deliver`` callback: decode -> rows -> insert (retried) -> return, so the source may acknowledge.
+
+Poison records become dead letters in the same batch and never block their neighbours. A ClickHouse failure
+is retried with backoff for as long as it takes; ``deliver`` returns only after ClickHouse confirmed, and
+raises Interrupted (nothing stored, nothing to acknowledge) when shutdown is asked for meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from opentelemetry.metrics import NoOpMeterProvider
+
+from ingest.decode import Limits, decode_values
+from ingest.errors import Interrupted, InvalidRecord, RejectedRows, StoreError
+from ingest.metrics import IngestMetrics
+from ingest.rows import Batch, column
+from ingest.source import Delivery
+from ingest.writer import Writer
+from sevents.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BACKOFF = Backoff(initial=0.5, cap=30.0)
+DEFAULT_LIMITS = Limits()
+
+
+def prepare(
+    deliveries: Sequence[Delivery], *, source: str, limits: Limits, received_at: datetime
+) -> tuple[Batch, dict[str, int]]:
+    """The rows of one delivery and the dead-letter count by reason (pure)."""
+    batch = Batch()
+    rejected: dict[str, int] = {}
+    for delivery in deliveries:
+        try:
+            record_type, values = decode_values(delivery.payload, limits)
+        except InvalidRecord as error:
+            rejected[error.reason] = rejected.get(error.reason, 0) + 1
+            batch.add_dead_letter(delivery, error=str(error), source=source, received_at=received_at)
+            continue
+        batch.add_record(record_type, values, delivery)
+    return batch, rejected
+
+
+class Handler:
+    """Callable given to a Source as ``deliver``."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        *,
+        source: str,
+        stop: threading.Event,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        limits: Limits = DEFAULT_LIMITS,
+        metrics: IngestMetrics | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_stored: Callable[[Batch], None] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.source = source
+        self.stop = stop
+        self.backoff = backoff
+        self.limits = limits
+        self.metrics = metrics or IngestMetrics.create(NoOpMeterProvider())
+        self.now = now
+        self.on_stored = on_stored
+        self.stored = 0  # records and dead letters confirmed, for logs and tests
+
+    def __call__(self, deliveries: Sequence[Delivery]) -> None:
+        if not deliveries:
+            return
+        batch, rejected = prepare(deliveries, source=self.source, limits=self.limits, received_at=self.now())
+        for reason, count in rejected.items():
+            log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
+        self._store_isolating(batch, rejected)
+        self._account(batch, rejected)
+        if self.on_stored is not None:
+            self.on_stored(batch)
+
+    def _store_isolating(self, batch: Batch, rejected: dict[str, int]) -> None:
+        """Store; if ClickHouse refuses the rows themselves, halve until the refused row is alone, dead-letter it."""
+        try:
+            self._store(batch)
+            return
+        except RejectedRows as error:
+            only = batch.only_record()
+            if batch.records() == 0:
+                raise StoreError(f"ClickHouse refused dead letters: {error}") from error
+            if only is None:
+                for half in batch.split():
+                    self._store_isolating(half, rejected)
+                return
+            log.warning("ClickHouse refused a record", extra={"position": only.position, "error": str(error)})
+            rejected["refused_by_clickhouse"] = rejected.get("refused_by_clickhouse", 0) + 1
+            alone = Batch(dead_letters=list(batch.dead_letters))
+            alone.add_dead_letter(
+                only, error=f"refused_by_clickhouse: {error}", source=self.source, received_at=self.now()
+            )
+            self._store(alone)
+
+    def _store(self, batch: Batch) -> None:
+        attempt = 0
+        first_failure = 0.0
+        while True:
+            started = time.monotonic()
+            try:
+                self.writer.store(batch)
+            except RejectedRows:
+                raise
+            except StoreError as error:
+                attempt += 1
+                first_failure = first_failure or started
+                self.metrics.insert_failures.add(1)
+                delay = self.backoff.delay(attempt)
+                log.warning(
+                    "insert failed; retrying",
+                    extra={
+                        "error": str(error),
+                        "attempt": attempt,
+                        "retry_in_s": round(delay, 2),
+                        "failing_for_s": round(time.monotonic() - first_failure, 1),
+                        "rows": len(batch),
+                    },
+                )
+                if self.stop.wait(delay):
+                    raise Interrupted(f"stopped with {len(batch)} rows unstored (not acknowledged)") from error
+                continue
+            self.metrics.insert_duration.record(time.monotonic() - started)
+            if attempt:
+                log.info("insert succeeded after retries", extra={"attempts": attempt + 1, "rows": len(batch)})
+            return
+
+    def _account(self, batch: Batch, rejected: dict[str, int]) -> None:
+        m = self.metrics
+        m.batches.add(1)
+        oldest: datetime | None = None
+        for table, rows in batch.rows.items():
+            if rows:
+                m.records.add(len(rows), {"record_type": table.rstrip("s"), "outcome": "stored"})
+                first = min(column(table, rows, "observed_at"))
+                oldest = first if oldest is None else min(oldest, first)
+        for reason, count in rejected.items():
+            m.records.add(count, {"outcome": "dead_letter"})
+            m.dead_letters.add(count, {"reason": reason})
+        if oldest is not None:
+            m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
+        self.stored += len(batch)

@@ -1,0 +1,1 @@
+"""Numbered schema migrations (templates; see ingest/migrate.py)."""

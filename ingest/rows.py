@@ -1,0 +1,120 @@
+"""Validated records and rejected payloads -> the rows of each table (pure), grouped for one insert each."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES
+from ingest.source import Delivery
+from sevents import records
+
+TRANSITION_COLUMNS: Final = (*TRANSITION_RULES, "source_position")
+HEARTBEAT_COLUMNS: Final = (*HEARTBEAT_RULES, "source_position")
+DEAD_LETTER_COLUMNS: Final = (
+    "dead_letter_id",
+    "received_at",
+    "source",
+    "position",
+    "error",
+    "payload",
+    "payload_size",
+    "properties",
+)
+TABLE_OF: Final = {records.RECORD_TRANSITION: "transitions", records.RECORD_HEARTBEAT: "heartbeats"}
+COLUMNS_OF: Final = {"transitions": TRANSITION_COLUMNS, "heartbeats": HEARTBEAT_COLUMNS}
+KEY_OF: Final = {"transitions": "transition_id", "heartbeats": "heartbeat_id"}
+
+
+@dataclass
+class Batch:
+    """Rows for one delivery, per table (value tuples in column order; tuples for dead letters), with origins."""
+
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=lambda: {t: [] for t in COLUMNS_OF})
+    origins: dict[str, list[Delivery]] = field(default_factory=lambda: {t: [] for t in COLUMNS_OF})
+    dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def add_record(self, record_type: str, values: tuple[Any, ...], delivery: Delivery) -> None:
+        """One validated record (``decode_values``) and the delivery it came in."""
+        table = TABLE_OF[record_type]
+        self.rows[table].append(values)
+        self.origins[table].append(delivery)
+
+    def add_dead_letter(
+        self,
+        delivery: Delivery,
+        *,
+        error: str,
+        source: str,
+        received_at: datetime,
+    ) -> None:
+        payload, position = delivery.payload, delivery.position
+        self.dead_letters.append(
+            (
+                dead_letter_id(position, payload),
+                received_at,
+                source,
+                position,
+                error,
+                payload,
+                len(payload),
+                dict(delivery.properties),
+            )
+        )
+
+    def records(self) -> int:
+        """Record rows (dead letters not counted)."""
+        return sum(len(r) for r in self.rows.values())
+
+    def split(self) -> tuple[Batch, Batch]:
+        """Two halves of the record rows (the dead letters go with the first), to corner a row ClickHouse refuses.
+
+        With two or more record rows both halves get at least one, so halving always ends.
+        """
+        first, second = Batch(dead_letters=list(self.dead_letters)), Batch()
+        room = self.records() // 2
+        for table, rows in self.rows.items():
+            cut = min(room, len(rows))
+            room -= cut
+            first.rows[table], second.rows[table] = rows[:cut], rows[cut:]
+            origins = self.origins[table]
+            first.origins[table], second.origins[table] = origins[:cut], origins[cut:]
+        return first, second
+
+    def only_record(self) -> Delivery | None:
+        """The delivery of the one record row, when there is exactly one."""
+        origins = [o for table in self.origins.values() for o in table]
+        return origins[0] if len(origins) == 1 else None
+
+    def __len__(self) -> int:
+        return self.records() + len(self.dead_letters)
+
+
+def dead_letter_id(position: str, payload: bytes) -> str:
+    """Same payload from the same place: the same dead letter, however often it is redelivered."""
+    digest = hashlib.sha256(position.encode() + b"\x1f" + payload)
+    return digest.hexdigest()[:32]
+
+
+def columns_of(table: str, rows: Sequence[tuple[Any, ...]], origins: Sequence[Delivery]) -> list[Sequence[Any]]:
+    """Column-oriented data of ``table``: a C-level transpose of the value tuples, plus the positions."""
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [() for _ in COLUMNS_OF[table][:-1]]
+    columns.append([o.position for o in origins])
+    return columns
+
+
+def column(table: str, rows: Sequence[tuple[Any, ...]], name: str) -> list[Any]:
+    """One field of every row."""
+    i = COLUMNS_OF[table].index(name)
+    return [row[i] for row in rows]
+
+
+def insert_token(table: str, keys: Sequence[str]) -> str:
+    """Deterministic insert_deduplication_token: a retried insert of the same rows is dropped by ClickHouse."""
+    digest = hashlib.sha256(table.encode())
+    for key in keys:
+        digest.update(b"\x1f" + key.encode())
+    return f"{table}-{len(keys)}-{digest.hexdigest()[:32]}"

@@ -1,0 +1,117 @@
+"""The ingest's configuration: one frozen object from TOML ``[ingest]`` < ``SEVENTS_*`` env < flags.
+
+Secrets (ClickHouse password, Event Hubs and blob connection strings) come from the environment or a file,
+never from a flag or the ``--clickhouse`` target, and are kept out of ``repr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ingest.batching import BatchPolicy
+from ingest.clickhouse import target_problems
+from ingest.decode import Limits
+from ingest.migrate import Target
+from sevents.config import build
+
+SECTION: Final = "ingest"
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """Everything one ingest worker needs."""
+
+    clickhouse: str = "chdb:///var/lib/sevents/clickhouse"  # or https://user@host:8443
+    clickhouse_password_file: Path | None = None
+    clickhouse_password: str = field(default="", repr=False)  # env SEVENTS_CLICKHOUSE_PASSWORD only
+    database: str = "sevents"
+    cluster: str = ""  # a cluster name: Replicated tables, Distributed tables, ON CLUSTER DDL
+    source: str = "outbox:/var/lib/sevents-collector"  # outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] | eventhubs
+    batch_max_records: int = 10_000
+    batch_max_bytes: int = 8 * 2**20
+    batch_max_wait: float = 1.0  # seconds a partial batch may wait for more records
+    poll_interval: float = 0.2  # outbox source: pause between reads when there is nothing new
+    max_payload_bytes: int = 256 * 1024
+    max_text_chars: int = 16 * 1024
+    retry_initial: float = 0.5
+    retry_cap: float = 30.0
+    eventhubs_namespace: str = ""  # fully qualified; managed identity
+    eventhubs_name: str = ""
+    eventhubs_consumer_group: str = "$Default"
+    eventhubs_connection_string_file: Path | None = None  # SAS fallback
+    eventhubs_connection_string: str = field(default="", repr=False)  # env only
+    checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
+    checkpoint_container: str = ""
+    checkpoint_connection_string_file: Path | None = None
+    checkpoint_connection_string: str = field(default="", repr=False)  # env only
+    log_level: str = "info"
+
+    @property
+    def target(self) -> Target:
+        return Target(database=self.database, cluster=self.cluster)
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return BatchPolicy(self.batch_max_records, self.batch_max_bytes, self.batch_max_wait)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_payload_bytes=self.max_payload_bytes, max_text_chars=self.max_text_chars)
+
+    def outbox_specs(self) -> list[str]:
+        """The DIR_OR_GLOB list of an ``outbox:`` source."""
+        return [s for s in self.source.removeprefix("outbox:").split(",") if s.strip()]
+
+    def password(self) -> str:
+        if self.clickhouse_password:
+            return self.clickhouse_password
+        if self.clickhouse_password_file is not None:
+            return self.clickhouse_password_file.read_text(encoding="utf-8").strip()
+        return ""
+
+
+def validate(s: IngestSettings) -> list[str]:
+    """Every problem with an otherwise well-typed settings object."""
+    problems = target_problems(s.clickhouse) + s.target.problems() + s.policy.problems()
+    if s.source.startswith("outbox:"):
+        if not s.outbox_specs():
+            problems.append("source outbox: names no directory or glob")
+    elif s.source == "eventhubs":
+        if not s.eventhubs_name:
+            problems.append("source eventhubs needs eventhubs_name")
+        if not (s.eventhubs_namespace or s.eventhubs_connection_string or s.eventhubs_connection_string_file):
+            problems.append(
+                "source eventhubs needs eventhubs_namespace (managed identity) or a connection string "
+                "(SEVENTS_EVENTHUBS_CONNECTION_STRING or eventhubs_connection_string_file)"
+            )
+        if not s.checkpoint_container:
+            problems.append("source eventhubs needs checkpoint_container (checkpoints are never skipped)")
+        if not (s.checkpoint_blob_url or s.checkpoint_connection_string or s.checkpoint_connection_string_file):
+            problems.append(
+                "source eventhubs needs checkpoint_blob_url or a checkpoint connection string "
+                "(SEVENTS_CHECKPOINT_CONNECTION_STRING or checkpoint_connection_string_file)"
+            )
+    else:
+        problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB or eventhubs")
+    for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):
+        path = getattr(s, name)
+        if path is not None and not path.is_file():
+            problems.append(f"{name} {path} is not a readable file")
+    if s.max_payload_bytes < 1024:
+        problems.append("max_payload_bytes must be at least 1024")
+    if s.retry_initial <= 0 or s.retry_cap < s.retry_initial:
+        problems.append("retry_initial must be positive and retry_cap at least retry_initial")
+    if s.poll_interval <= 0:
+        problems.append("poll_interval must be positive")
+    if s.log_level not in LOG_LEVELS:
+        problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+    return problems
+
+
+def load(*, file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> IngestSettings:
+    """Build and validate; raises sevents.errors.ConfigError listing every problem."""
+    return build(IngestSettings, file=file, section=SECTION, env=env, flags=flags, validate=validate)

@@ -1,0 +1,119 @@
+"""Glue for one ingest process: settings -> ClickHouse client, schema, writer, handler and source."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.metrics import MeterProvider
+
+from ingest.clickhouse import connect
+from ingest.handler import Handler
+from ingest.metrics import IngestMetrics
+from ingest.migrate import migrate
+from ingest.rows import Batch
+from ingest.settings import IngestSettings
+from ingest.source import Source
+from ingest.source_outbox import OutboxSource
+from ingest.writer import Writer
+from sevents.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A ready-to-run ingest: ``source.run(handler, stop)``."""
+
+    client: Any
+    source: Source
+    handler: Handler
+
+
+def open_client(settings: IngestSettings) -> Any:
+    """A client on the configured target (its database need not exist yet)."""
+    return connect(settings.clickhouse, password=settings.password())
+
+
+def make_source(settings: IngestSettings, *, until_idle: bool = False, env: Mapping[str, str] | None = None) -> Source:
+    """The configured source: the local outboxes, or Event Hubs (``ingest.source_eventhubs``)."""
+    if settings.source == "eventhubs":
+        return _eventhubs_source(settings, os.environ if env is None else env)
+    return OutboxSource(
+        settings.outbox_specs(),
+        policy=settings.policy,
+        poll_interval_s=settings.poll_interval,
+        until_idle=until_idle,
+    )
+
+
+def build(
+    settings: IngestSettings,
+    stop: threading.Event,
+    *,
+    client: Any = None,
+    source: Source | None = None,
+    meter_provider: MeterProvider | None = None,
+    until_idle: bool = False,
+    apply_migrations: bool = True,
+    on_stored: Callable[[Batch], None] | None = None,
+) -> Pipeline:
+    """Connect, migrate and wire everything; the caller runs ``pipeline.source.run(pipeline.handler, stop)``."""
+    client = client if client is not None else open_client(settings)
+    if apply_migrations:
+        applied = migrate(client, settings.target)
+        if applied:
+            log.info("schema migrated", extra={"versions": applied})
+    metrics = IngestMetrics.create(meter_provider) if meter_provider is not None else None
+    handler = Handler(
+        Writer(client, settings.database, cluster=bool(settings.cluster)),
+        source=settings.source.split(":", 1)[0],
+        stop=stop,
+        backoff=Backoff(initial=settings.retry_initial, cap=settings.retry_cap),
+        limits=settings.limits,
+        metrics=metrics,
+        on_stored=on_stored,
+    )
+    return Pipeline(client, source or make_source(settings, until_idle=until_idle), handler)
+
+
+def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Source:
+    """Event Hubs with blob checkpoints; credentials from env or files, managed identity otherwise."""
+    from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
+
+    from ingest.source_eventhubs import EventHubsSource
+
+    checkpoint_cs = settings.checkpoint_connection_string or _read(settings.checkpoint_connection_string_file)
+    if checkpoint_cs:
+        store = BlobCheckpointStore.from_connection_string(checkpoint_cs, settings.checkpoint_container)
+    else:
+        from azure.identity import DefaultAzureCredential
+
+        store = BlobCheckpointStore(
+            settings.checkpoint_blob_url, settings.checkpoint_container, credential=DefaultAzureCredential()
+        )
+    options = {"max_batch_size": settings.batch_max_records, "max_wait_time": settings.batch_max_wait}
+    hub_cs = settings.eventhubs_connection_string or _read(settings.eventhubs_connection_string_file)
+    if hub_cs:
+        return EventHubsSource.from_connection_string(
+            hub_cs,
+            consumer_group=settings.eventhubs_consumer_group,
+            eventhub_name=settings.eventhubs_name or None,
+            checkpoint_store=store,
+            **options,
+        )
+    return EventHubsSource.from_namespace(
+        settings.eventhubs_namespace,
+        settings.eventhubs_name,
+        consumer_group=settings.eventhubs_consumer_group,
+        checkpoint_store=store,
+        **options,
+    )
+
+
+def _read(path: Any) -> str:
+    return "" if path is None else str(path.read_text(encoding="utf-8")).strip()

@@ -1,0 +1,145 @@
+"""``sevents-demo``: a simulated fleet, real collectors, the ingest and embedded ClickHouse, then a summary.
+
+Everything runs in this process: the simulator's ``demo`` scenario (36 VMs over three fault domains: a rolling
+Freeze wave, a Reboot, a Redeploy, a cancellation, a host failure) served over loopback HTTP, one collector
+per VM polling it, the ingest loading ``<workdir>/clickhouse``; then the stored history is compared with the
+simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ingest import queries
+from ingest.compare import Check, compare, fault_domain_truth
+from ingest.fleetrun import FleetRun, start
+from ingest.output import table
+from sevents import records
+from sevents.logs import setup_logging
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sevents-demo",
+        description="Run a simulated fleet through real collectors and the ingest into embedded ClickHouse, "
+        "then print what was recorded next to the simulator's ground truth.",
+    )
+    p.add_argument("--workdir", type=Path, default=Path("var/demo"), help="where state goes (default ./var/demo)")
+    p.add_argument("--speed", type=float, help="simulation speed factor (default: the scenario's, 20)")
+    p.add_argument("--poll-interval", type=float, default=1.0, help="collector poll interval in seconds")
+    p.add_argument("--scenario", default="demo", help="simulator scenario (default demo)")
+    p.add_argument("--timeout", type=float, default=300.0, help="give up waiting for the scenario after this")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging("warning")
+    began = time.monotonic()
+    started_at = datetime.now(UTC)
+    print(f"sevents demo: scenario {args.scenario!r}, workdir {args.workdir}")
+    run = start(args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval)
+    try:
+        print(f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {len(run.agents)} collectors polling")
+        if not _wait(run, args.timeout, began):
+            print(f"scenario not done after {args.timeout:g} s; summarising what was recorded", file=sys.stderr)
+        print("  scenario done; collectors see the last changes, then the ingest drains the outboxes")
+        run.finish()
+        print(f"  {run.stored()} records stored in {time.monotonic() - began:.0f} s\n")
+        ok = _summary(run, args.poll_interval, started_at)
+        _report(run, args.workdir, started_at)
+    finally:
+        run.close()
+    return 0 if ok else 1
+
+
+def _wait(run: FleetRun, timeout: float, began: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if run.sim.wait_done(3.0):
+            return True
+        events = run.sim.status()["events"]
+        states = ", ".join(f"{n} {s}" for s, n in sorted(events.items()))
+        print(
+            f"  [{time.monotonic() - began:5.0f}s] events: {states} | stored {run.stored()} records"
+            f" | waiting in outboxes {run.backlog()}",
+            flush=True,
+        )
+    return False
+
+
+def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
+    window = {"since": started_at - timedelta(minutes=5), "until": datetime.now(UTC) + timedelta(minutes=5)}
+    events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
+    truth = run.sim.truth()
+    checks = compare(events, truth, tolerance_s=poll_interval + 0.25)
+    labels = {c.event_id: c.label for c in checks}
+    rows = [
+        [
+            labels.get(e["event_id"], "?"),
+            e["event_type"],
+            e["outcome"],
+            str(e["affected_vm_count"]),
+            ",".join(str(fd) for fd in e["fault_domains"]),
+            _secs(e["notice_s"]),
+            _secs(e["approval_latency_s"]),
+            _secs(e["impact_s"]),
+            _verdict([c for c in checks if c.event_id == e["event_id"]]),
+        ]
+        for e in events
+    ]
+    print("Events recorded (times in seconds; compared with the simulator's ground truth)")
+    cols = ["event", "type", "outcome", "VMs", "FDs", "notice", "approval", "impact", "matches truth"]
+    print(table(cols, rows))
+    per_fd = queries.run(run.client, queries.FAULT_DOMAIN_SUMMARY, run.settings.database, **window).dicts()
+    truth_fd = fault_domain_truth(truth)
+    fd_rows = []
+    for fd in per_fd:
+        real = truth_fd.get(fd["fault_domain"], {})
+        fd_rows.append(
+            [
+                str(fd["fault_domain"]),
+                str(fd["events"]),
+                f"{_secs(fd['avg_approval_latency_s'])} / {_secs(real.get('avg_approval_latency_s'))}",
+                f"{_secs(fd['avg_impact_s'])} / {_secs(real.get('avg_impact_s'))}",
+            ]
+        )
+    print("Per fault domain (affected VMs; recorded / truth)")
+    print(table(["FD", "events", "mean approval latency", "mean impact"], fd_rows))
+    bad = [c for c in checks if not c.ok]
+    for c in bad:
+        print(f"  MISMATCH {c.label or c.event_id} {c.field}: recorded {_show(c.ours)}, truth {_show(c.truth)}")
+    print(f"{len(checks) - len(bad)} of {len(checks)} values match the ground truth within {poll_interval:g} s polls")
+    return not bad
+
+
+def _report(run: FleetRun, workdir: Path, started_at: datetime) -> None:
+    try:
+        report = importlib.import_module("dashboards.report")
+    except ModuleNotFoundError:
+        return
+    out = workdir.resolve() / "report.html"
+    since = records.format_time(started_at - timedelta(minutes=5))
+    until = records.format_time(datetime.now(UTC) + timedelta(minutes=5))
+    argv = ["--clickhouse", run.settings.clickhouse, "--since", since, "--until", until, "--out", str(out)]
+    if report.main(argv) == 0:
+        print(f"incident report: {out}")
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _show(value: object) -> str:
+    return records.format_time(value) if isinstance(value, datetime) else repr(value)
+
+
+def _verdict(checks: list[Check]) -> str:
+    bad = [c.field for c in checks if not c.ok]
+    return "yes" if not bad else "no: " + ",".join(bad)

@@ -1,0 +1,157 @@
+"""The command line: help, config errors listed together, audit questions in three formats, report dispatch."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest import cli, queries, synthetic
+from ingest.handler import Handler
+from ingest.output import render
+from ingest.queries import Result
+
+from .conftest import deliveries
+
+BASE = synthetic.BASE_TIME
+
+
+def test_help_explains_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help names migrate, run, audit and report and how secrets are passed."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for word in ("migrate", "run", "audit", "report", "SEVENTS_CLICKHOUSE_PASSWORD"):
+        assert word in out
+
+
+def test_bad_config_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several mistakes in file and flags are reported together, and the process refuses to run."""
+    config = tmp_path / "ingest.toml"
+    config.write_text('[ingest]\nbatch_max_records = "lots"\nsurprise = 1\nsource = "kafka"\n')
+    code = cli.main(["run", "--config", str(config), "--clickhouse", "https://u:secret@h:8443", "--cluster", "a b"])
+    err = capsys.readouterr().err
+    assert code == 2
+    for problem in ("batch_max_records", "unknown setting 'surprise'"):
+        assert problem in err
+    config.write_text('[ingest]\nsource = "kafka"\n')
+    code = cli.main(["run", "--config", str(config), "--clickhouse", "https://u:secret@h:8443", "--cluster", "a b"])
+    err = capsys.readouterr().err
+    assert code == 2
+    for problem in ("must not contain a password", "cluster 'a b'", "source 'kafka'"):
+        assert problem in err
+    assert "secret" not in err
+
+
+def test_eventhubs_source_needs_its_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """--source eventhubs without hub, credentials or checkpoint store names each missing piece."""
+    assert cli.main(["run", "--source", "eventhubs", "--clickhouse", "chdb:///tmp/x"]) == 2
+    err = capsys.readouterr().err
+    for name in ("eventhubs_name", "eventhubs_namespace", "checkpoint_container", "checkpoint_blob_url"):
+        assert name in err
+
+
+def test_parse_when_accepts_now_ages_and_iso_times() -> None:
+    """--since/--until take now, an age before now, or an ISO time (UTC when no zone is given)."""
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert cli.parse_when("now", now) == now
+    assert cli.parse_when("90m", now) == now - timedelta(minutes=90)
+    assert cli.parse_when("2d", now) == now - timedelta(days=2)
+    assert cli.parse_when("2026-01-01T00:00:00Z", now) == datetime(2026, 1, 1, tzinfo=UTC)
+    assert cli.parse_when("2026-01-01 12:00", now) == datetime(2026, 1, 1, 12, tzinfo=UTC)
+    with pytest.raises(ValueError):
+        cli.parse_when("yesterday", now)
+
+
+def test_audit_queries_answer_the_questions(ch: Any, db: str, handler: Handler) -> None:
+    """VM history, event per fault domain, disruptive events and silent VMs come from the stored history."""
+    recs = synthetic.lifecycle("E-1", 0) + synthetic.lifecycle("E-1", 1) + synthetic.lifecycle("E-1", 4)
+    recs.append(synthetic.transition(vm_index=2, event_id="E-2", event_type="Freeze"))
+    recs += [
+        synthetic.heartbeat(vm_index=0, observed_at=BASE),
+        synthetic.heartbeat(vm_index=1, observed_at=BASE + timedelta(minutes=10)),
+    ]
+    handler(deliveries(recs))
+    window = {"since": BASE - timedelta(hours=1), "until": BASE + timedelta(hours=1)}
+    history = queries.run(ch, queries.VM_HISTORY, db, vm="vm-001", **window).dicts()
+    assert [(r["kind"], r["status"]) for r in history] == [
+        ("appeared", "Scheduled"),
+        ("status_changed", "Started"),
+        ("disappeared", ""),
+    ]
+    assert (
+        queries.run(
+            ch, queries.VM_HISTORY, db, vm="vm-001", since=BASE + timedelta(hours=1), until=BASE + timedelta(hours=2)
+        ).rows
+        == []
+    )
+    per_fd = queries.run(ch, queries.EVENT_BY_FAULT_DOMAIN, db, event_id="E-1").dicts()
+    assert [(r["fault_domain"], r["affected_vms"], r["impact_s"]) for r in per_fd] == [(0, 1, 30.0), (1, 2, 30.0)]
+    disruptive = queries.run(ch, queries.DISRUPTIVE_EVENTS, db, types=["Reboot", "Redeploy"], **window).dicts()
+    assert [(r["event_id"], r["approval_latency_s"], r["impact_s"]) for r in disruptive] == [("E-1", 300.0, 30.0)]
+    silent = queries.run(ch, queries.SILENT_VMS, db, now=BASE + timedelta(minutes=12), threshold_s=300).dicts()
+    assert [r["vm_name"] for r in silent] == ["vm-000"]
+    assert silent[0]["silent_for_s"] == 720.0
+
+
+def test_every_query_runs_on_an_empty_schema(ch: Any, db: str) -> None:
+    """Each query in the one SQL module is valid against the migrated schema."""
+    values: dict[str, Any] = {"String": "x", "DateTime64": BASE, "Array(String)": ["Reboot"], "UInt32": 60}
+    for query in queries.ALL:
+        result = queries.run(ch, query, db, **{name: values[kind] for name, kind in query.params.items()})
+        assert result.rows == ([(0, 0, 0, 0, 0)] if query is queries.COUNTS else [])
+
+
+def test_output_formats_table_json_csv() -> None:
+    """One result renders as an aligned table, JSON objects and CSV with a header."""
+    result = Result(("vm", "at", "fds", "note"), [("vm-1", BASE, [0, 2], None), ("vm-22", BASE, [], "a,b")])
+    table = render(result, "table").splitlines()
+    assert table[0].split() == ["vm", "at", "fds", "note"]
+    assert table[2].startswith("vm-1   2026-11-21T12:00:00.000Z  0,2")
+    assert json.loads(render(result, "json"))[1] == {
+        "vm": "vm-22",
+        "at": "2026-11-21T12:00:00.000Z",
+        "fds": [],
+        "note": "a,b",
+    }
+    rows = list(csv.reader(io.StringIO(render(result, "csv"))))
+    assert rows == [
+        ["vm", "at", "fds", "note"],
+        ["vm-1", "2026-11-21T12:00:00.000Z", "0,2", ""],
+        ["vm-22", "2026-11-21T12:00:00.000Z", "", "a,b"],
+    ]
+    assert render(Result(("a",), []), "table") == "(no rows)\n"
+
+
+def test_report_subcommand_dispatches_to_dashboards(capsys: pytest.CaptureFixture[str]) -> None:
+    """`report` hands its arguments to dashboards.report.main (here: its own --help)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", "--help"])
+    assert exited.value.code == 0
+    assert "--out" in capsys.readouterr().out
+
+
+def test_eventhubs_settings_build_the_eventhubs_source_without_secrets_on_the_command_line() -> None:
+    """source=eventhubs with connection strings from the environment yields the Event Hubs engineer's source."""
+    from ingest.settings import load
+    from ingest.source_eventhubs import EventHubsSource
+    from ingest.wiring import make_source
+
+    env = {
+        "SEVENTS_SOURCE": "eventhubs",
+        "SEVENTS_EVENTHUBS_NAME": "records",
+        "SEVENTS_EVENTHUBS_CONNECTION_STRING": "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=s;"
+        "UseDevelopmentEmulator=true",
+        "SEVENTS_CHECKPOINT_CONTAINER": "checkpoints",
+        "SEVENTS_CHECKPOINT_CONNECTION_STRING": "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        "AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:1/devstoreaccount1;",
+    }
+    settings = load(file=None, env=env, flags={"clickhouse": "chdb:///tmp/unused"})
+    assert "SharedAccessKey" not in repr(settings)
+    assert isinstance(make_source(settings), EventHubsSource)

@@ -1,0 +1,138 @@
+"""The outbox source over real collector outboxes: batches, acknowledges only what was stored, drains."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from collector.outbox import Outbox
+from ingest import synthetic
+from ingest.batching import BatchPolicy
+from ingest.handler import Handler
+from ingest.migrate import Target, migrate
+from ingest.source_outbox import OutboxSource, resolve
+from ingest.writer import Writer
+from sevents.retry import Backoff
+
+from .conftest import scalar
+
+
+def test_policy_delivers_when_full_or_old_enough_and_never_empty() -> None:
+    """A batch is due at the record or byte limit, or once it waited max_wait_s; an empty one never is."""
+    policy = BatchPolicy(max_records=10, max_bytes=2048, max_wait_s=1.0)
+    assert not policy.due(0, 0, 99.0)
+    assert not policy.due(3, 100, 0.5)
+    assert policy.due(3, 100, 1.0)
+    assert policy.due(10, 100, 0.0)
+    assert policy.due(1, 2048, 0.0)
+    assert BatchPolicy(max_records=0, max_bytes=1, max_wait_s=-1).problems() == [
+        "batch_max_records must be at least 1",
+        "batch_max_bytes must be at least 1024",
+        "batch_max_wait_s must not be negative",
+    ]
+
+
+def test_resolve_finds_state_dirs_files_and_globs(tmp_path: Path, make_outbox: Callable[..., Outbox]) -> None:
+    """Dirs, outbox files and globs name existing outboxes only, each once."""
+    for name in ("vm-1", "vm-2", "other"):
+        make_outbox(name)
+    (tmp_path / "empty").mkdir()
+    found = resolve(
+        [
+            str(tmp_path / "vm-*"),
+            str(tmp_path / "vm-1"),
+            str(tmp_path / "other" / "outbox.sqlite"),
+            str(tmp_path / "empty"),
+            str(tmp_path / "missing"),
+        ]
+    )
+    assert sorted(p.parent.name for p in found) == ["other", "vm-1", "vm-2"]
+
+
+def test_drain_stores_every_outbox_and_removes_what_was_stored(
+    ch: Any, db: str, handler: Handler, tmp_path: Path, make_outbox: Callable[..., Outbox]
+) -> None:
+    """until_idle reads every outbox in small batches, stores everything, leaves the outboxes empty."""
+    boxes = [
+        make_outbox(f"vm-{i}", [*synthetic.lifecycle(f"E-{i % 2}", i), synthetic.heartbeat(vm_index=i)])
+        for i in range(4)
+    ]
+    source = OutboxSource([str(tmp_path / "*")], policy=BatchPolicy(max_records=5), until_idle=True)
+    source.run(handler, threading.Event())
+    assert [b.depth() for b in boxes] == [0, 0, 0, 0]
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 12
+    assert scalar(ch, f"SELECT count() FROM {db}.heartbeats_latest FINAL") == 4
+    assert source.delivered == 16
+
+
+def test_reading_while_collectors_keep_writing_loses_and_duplicates_nothing(
+    ch: Any, db: str, handler: Handler, tmp_path: Path, make_outbox: Callable[..., Outbox]
+) -> None:
+    """Collectors commit while the source reads and removes; at the end every record is stored exactly once."""
+    boxes = [make_outbox(f"vm-{i}") for i in range(3)]
+    stop = threading.Event()
+    source = OutboxSource(
+        [str(tmp_path / "*")],
+        policy=BatchPolicy(max_records=7, max_wait_s=0.01),
+        poll_interval_s=0.005,
+        rescan_interval_s=0.0,
+    )
+    reader = threading.Thread(target=source.run, args=(handler, stop))
+    reader.start()
+    for n in range(60):
+        for i, box in enumerate(boxes):
+            box.commit([synthetic.transition(vm_index=i, event_id=f"E-{n}", incarnation=n)], None)
+    deadline = time.monotonic() + 30
+    while any(b.depth() for b in boxes) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    reader.join(10)
+    assert [b.depth() for b in boxes] == [0, 0, 0]
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 180
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 180
+
+
+def test_clickhouse_unavailable_nothing_acknowledged_then_nothing_lost(
+    ch: Any, db: str, tmp_path: Path, make_outbox: Callable[..., Outbox]
+) -> None:
+    """With the database gone the outbox keeps every row while inserts retry; after recovery all rows land."""
+    box = make_outbox("vm-0", synthetic.lifecycle("E-1", 0) + synthetic.lifecycle("E-2", 0))
+    ch.command(f"DROP DATABASE {db}")
+    stop = threading.Event()
+    handler = Handler(Writer(ch, db), source="outbox", stop=stop, backoff=Backoff(initial=0.01, cap=0.05))
+    source = OutboxSource(
+        [str(tmp_path / "*")], policy=BatchPolicy(max_records=4, max_wait_s=0.01), poll_interval_s=0.01
+    )
+    reader = threading.Thread(target=source.run, args=(handler, stop))
+    reader.start()
+    time.sleep(0.5)
+    assert box.depth() == 6  # nothing acknowledged while nothing could be stored
+    assert reader.is_alive()
+    migrate(ch, Target(database=db))
+    deadline = time.monotonic() + 20
+    while box.depth() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    reader.join(10)
+    assert box.depth() == 0
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 6
+
+
+def test_stopping_during_an_outage_acknowledges_nothing(
+    ch: Any, db: str, tmp_path: Path, make_outbox: Callable[..., Outbox]
+) -> None:
+    """Shutdown while ClickHouse is down ends the run with every row still in the outbox."""
+    box = make_outbox("vm-0", synthetic.lifecycle("E-1", 0))
+    ch.command(f"DROP DATABASE {db}")
+    stop = threading.Event()
+    handler = Handler(Writer(ch, db), source="outbox", stop=stop, backoff=Backoff(initial=0.01, cap=0.05))
+    reader = threading.Thread(target=OutboxSource([str(tmp_path / "*")]).run, args=(handler, stop))
+    reader.start()
+    time.sleep(0.3)
+    stop.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert box.depth() == 3

@@ -1,0 +1,121 @@
+"""Pure pieces: batch halving, insert tokens, and the comparison with ground truth."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ingest import synthetic
+from ingest.compare import compare, fault_domain_truth
+from ingest.decode import decode_values
+from ingest.rows import Batch, insert_token
+from ingest.source import Delivery
+from sevents.records import encode
+
+BASE = synthetic.BASE_TIME
+
+
+@given(st.integers(0, 40), st.integers(0, 10))
+def test_halving_a_batch_keeps_every_row_exactly_once(transitions: int, heartbeats: int) -> None:
+    """Splitting a batch again and again never loses or duplicates a row, and single rows are found."""
+    batch = Batch()
+    for i in range(transitions):
+        batch.add_record(*decode_values(encode(synthetic.transition(incarnation=i))), Delivery(b"", f"t#{i}"))
+    for i in range(heartbeats):
+        batch.add_record(*decode_values(encode(synthetic.heartbeat(vm_index=i))), Delivery(b"", f"h#{i}"))
+    pending, singles = [batch], []
+    while pending:
+        part = pending.pop()
+        if part.records() <= 1:
+            singles.append(part.only_record())
+            continue
+        pending.extend(part.split())
+    found = sorted(d.position for d in singles if d is not None)
+    assert found == sorted([f"t#{i}" for i in range(transitions)] + [f"h#{i}" for i in range(heartbeats)])
+
+
+def test_insert_token_depends_on_table_and_keys_in_order() -> None:
+    """The same keys give the same token; another table, order or set of keys gives another."""
+    assert insert_token("t", ["a", "b"]) == insert_token("t", ["a", "b"])
+    assert (
+        len(
+            {
+                insert_token("t", ["a", "b"]),
+                insert_token("u", ["a", "b"]),
+                insert_token("t", ["b", "a"]),
+                insert_token("t", ["a"]),
+                insert_token("t", ["ab"]),
+            }
+        )
+        == 5
+    )
+
+
+def truth_row(vm: str, fd: int, **changes: Any) -> dict[str, Any]:
+    row = {
+        "event_id": "E-1",
+        "label": "reboot",
+        "vm_name": vm,
+        "vm_id": vm,
+        "fault_domain": fd,
+        "update_domain": 0,
+        "event_type": "Reboot",
+        "event_source": "Platform",
+        "description": "",
+        "duration_s": 7,
+        "resources": ["vm-a", "vm-b"],
+        "first_visible_at": BASE,
+        "not_before": BASE + timedelta(minutes=15),
+        "approved_at": BASE + timedelta(seconds=40),
+        "started_at": BASE + timedelta(seconds=40),
+        "ended_at": BASE + timedelta(seconds=60),
+        "outcome": "completed",
+    }
+    return {**row, **changes}
+
+
+def ours(**changes: Any) -> dict[str, Any]:
+    row = {
+        "event_id": "E-1",
+        "event_type": "Reboot",
+        "event_source": "Platform",
+        "description": None,
+        "duration_s": 7,
+        "outcome": "completed",
+        "affected_vms": ["vm-a", "vm-b"],
+        "fault_domains": [0, 1],
+        "first_seen_at": BASE + timedelta(seconds=0.4),
+        "not_before_first": BASE + timedelta(minutes=15),
+        "approved_at": BASE + timedelta(seconds=40.9),
+        "started_at": BASE + timedelta(seconds=40.9),
+        "ended_at": BASE + timedelta(seconds=60.2),
+        "notice_s": 40.5,
+        "approval_latency_s": 40.5,
+        "impact_s": 19.3,
+    }
+    return {**row, **changes}
+
+
+def test_compare_accepts_values_within_tolerance_and_flags_the_rest() -> None:
+    """Times within the tolerance match; a late start, a wrong outcome and a missing FD do not."""
+    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1), truth_row("vm-c", 2)]
+    assert all(c.ok for c in compare([ours()], truth, tolerance_s=1.0))
+    late = ours(started_at=BASE + timedelta(seconds=42), outcome="cancelled", fault_domains=[0])
+    bad = {c.field for c in compare([late], truth, tolerance_s=1.0) if not c.ok}
+    assert bad == {"started_at", "outcome", "fault_domains"}
+    missing = compare([], truth, tolerance_s=1.0)
+    assert missing and not any(c.ok for c in missing if c.truth is not None)
+    extra = compare([ours(), ours(event_id="E-ghost")], truth, tolerance_s=1.0)
+    assert [c.field for c in extra if not c.ok] == ["event_id"]
+
+
+def test_fault_domain_truth_averages_affected_vms_only() -> None:
+    """Per fault domain, only VMs named in Resources count, and only completed impacts."""
+    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1), truth_row("vm-c", 2)]
+    assert fault_domain_truth(truth) == {
+        0: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
+        1: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
+    }
