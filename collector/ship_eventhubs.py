@@ -8,6 +8,12 @@ throttled, auth refused, time-out) becomes ``SinkError``: the shipper backs off 
 same rows again, so the service may see a row twice (downstream deduplicates by ``record_id``), never
 zero times. The SDK's own retries are kept short so that the shipper's policy is the one that counts.
 
+A record larger than one event may be (1 MB) can never be sent; retrying it would block that VM's outbox
+forever. It is dead-lettered instead: logged (seq, type, record_id, size; never the payload), counted under
+the drop reason ``eventhubs_oversize`` through ``on_drop`` (the outbox's persisted drops, which heartbeats
+report), and left out of the send, so the shipper removes it with the rest once ``send`` returned. The drop
+is counted only after every other row of the call was accepted: a send that fails counts nothing.
+
 Each event carries application properties ``schema_version``, ``record_type``, ``record_id`` and a W3C
 ``traceparent`` (sevents/tracing.py), and the content type ``application/json``.
 
@@ -22,12 +28,12 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from azure.eventhub import EventData, EventHubProducerClient
-from azure.eventhub.exceptions import EventHubError
 
-from collector.outbox import OutboxRow
+from collector.outbox import Outbox, OutboxRow
 from collector.ship import SinkError
 from sevents.records import CONTENT_TYPE, SCHEMA_VERSION
 from sevents.tracing import TRACEPARENT, traceparent_for
@@ -38,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ProducerFactory = Callable[[], EventHubProducerClient]
+DropCounter = Callable[[str, int], None]  # (reason, count), e.g. Outbox.count_drop
+
+DROP_OVERSIZE: Final = "eventhubs_oversize"  # a record larger than one event may be: dead-lettered
 
 
 def partition_key(payload: bytes) -> str:
@@ -65,16 +74,31 @@ def runs_by_key(rows: Sequence[OutboxRow]) -> Iterator[tuple[str, list[OutboxRow
         yield key, current
 
 
+def _record_id(payload: bytes) -> str:
+    try:
+        record_id = json.loads(payload).get("record_id", "")
+    except (ValueError, AttributeError):
+        return ""
+    return record_id if isinstance(record_id, str) else ""
+
+
+def outbox_drop_counter(path: Path) -> DropCounter:
+    """Count drops in the outbox at ``path`` (a second connection: the outbox allows one per user)."""
+
+    def count(reason: str, n: int) -> None:
+        with Outbox(path) as outbox:
+            outbox.count_drop(reason, n)
+
+    return count
+
+
 def to_event(row: OutboxRow) -> EventData:
     """One outbox row as an event: the record's JSON bytes plus the properties the ingest reads."""
     event = EventData(row.payload)
     event.content_type = CONTENT_TYPE
     properties: dict[str | bytes, Any] = {"schema_version": str(SCHEMA_VERSION), "record_type": row.record_type}
-    try:
-        record_id = json.loads(row.payload).get("record_id", "")
-    except (ValueError, AttributeError):
-        record_id = ""
-    if isinstance(record_id, str) and record_id:
+    record_id = _record_id(row.payload)
+    if record_id:
         properties["record_id"] = record_id
         traceparent = traceparent_for(record_id, row.seq)
         if traceparent is not None:
@@ -86,18 +110,28 @@ def to_event(row: OutboxRow) -> EventData:
 class EventHubsSink:
     """``collector.ship.Sink`` over ``EventHubProducerClient``."""
 
-    def __init__(self, factory: ProducerFactory, *, send_timeout: float = 30.0) -> None:
+    def __init__(
+        self, factory: ProducerFactory, *, send_timeout: float = 30.0, on_drop: DropCounter | None = None
+    ) -> None:
         self._factory = factory
         self._producer: EventHubProducerClient | None = None
         self._send_timeout = send_timeout
+        self._on_drop = on_drop or (lambda reason, count: None)
         self._lock = threading.Lock()
         self.batches_sent = 0
         self.events_sent = 0
         self.failures = 0
+        self.dropped = 0
 
     @classmethod
     def from_connection_string(
-        cls, connection_string: str, *, eventhub_name: str | None = None, send_timeout: float = 30.0, **client: Any
+        cls,
+        connection_string: str,
+        *,
+        eventhub_name: str | None = None,
+        send_timeout: float = 30.0,
+        on_drop: DropCounter | None = None,
+        **client: Any,
     ) -> EventHubsSink:
         """SAS (the fallback, and the local test endpoint)."""
         options = {"retry_total": 1, **client}
@@ -106,6 +140,7 @@ class EventHubsSink:
                 connection_string, eventhub_name=eventhub_name, **options
             ),
             send_timeout=send_timeout,
+            on_drop=on_drop,
         )
 
     @classmethod
@@ -116,6 +151,7 @@ class EventHubsSink:
         *,
         credential: Any = None,
         send_timeout: float = 30.0,
+        on_drop: DropCounter | None = None,
         **client: Any,
     ) -> EventHubsSink:
         """Managed identity (the default): ``namespace`` is fully qualified, e.g. ``ns.servicebus.windows.net``."""
@@ -126,40 +162,56 @@ class EventHubsSink:
 
             return EventHubProducerClient(namespace, eventhub_name, credential or DefaultAzureCredential(), **options)
 
-        return cls(factory, send_timeout=send_timeout)
+        return cls(factory, send_timeout=send_timeout, on_drop=on_drop)
 
     @classmethod
     def from_settings(cls, settings: CollectorSettings) -> EventHubsSink:
-        """The sink the collector's settings describe (connection string if one is given, else managed identity)."""
+        """The sink the collector's settings describe (connection string if one is given, else managed identity).
+
+        Dead-lettered records are counted in the collector's own outbox (``settings.outbox_path``).
+        """
         connection_string = settings.connection_string()
         # One send must not outlast the shutdown drain (the shipper reports what is left when it ends).
         send_timeout = max(1.0, min(30.0, settings.drain_timeout))
+        on_drop = outbox_drop_counter(settings.outbox_path)
         if connection_string:
             log.info(
                 "event hubs sink: SAS connection string", extra={"eventhub": settings.eventhubs_name or "(from string)"}
             )
             return cls.from_connection_string(
-                connection_string, eventhub_name=settings.eventhubs_name or None, send_timeout=send_timeout
+                connection_string,
+                eventhub_name=settings.eventhubs_name or None,
+                send_timeout=send_timeout,
+                on_drop=on_drop,
             )
         log.info(
             "event hubs sink: managed identity",
             extra={"namespace": settings.eventhubs_namespace, "eventhub": settings.eventhubs_name},
         )
-        return cls.from_namespace(settings.eventhubs_namespace, settings.eventhubs_name, send_timeout=send_timeout)
+        return cls.from_namespace(
+            settings.eventhubs_namespace, settings.eventhubs_name, send_timeout=send_timeout, on_drop=on_drop
+        )
 
     def send(self, rows: Sequence[OutboxRow]) -> None:
-        """Send every row, in order; raise SinkError (nothing is known to be sent) on any failure."""
+        """Send every row in order, dead-lettering (counting) any too large to send; SinkError on any failure."""
         with self._lock:
+            oversize: list[OutboxRow] = []
             try:
                 producer = self._producer = self._producer or self._factory()
                 for key, run in runs_by_key(rows):
-                    self._send_run(producer, key, run)
-            except (EventHubError, OSError, TimeoutError) as error:
+                    self._send_run(producer, key, run, oversize)
+            except Exception as error:
+                # Every failure of the SDK, its transport or the credential (not all of which derive from
+                # EventHubError) must reach the shipper as SinkError: anything else would end its thread.
                 self._reset()
                 self.failures += 1
                 raise SinkError(f"event hubs did not accept the batch: {type(error).__name__}: {error}") from error
+            if oversize:
+                self._dead_letter(oversize)
 
-    def _send_run(self, producer: EventHubProducerClient, key: str, run: Sequence[OutboxRow]) -> None:
+    def _send_run(
+        self, producer: EventHubProducerClient, key: str, run: Sequence[OutboxRow], oversize: list[OutboxRow]
+    ) -> None:
         batch = producer.create_batch(partition_key=key)
         for row in run:
             event = to_event(row)
@@ -167,15 +219,38 @@ class EventHubsSink:
                 batch.add(event)
                 continue
             except ValueError:
-                if len(batch) == 0:  # one record over the 1 MB limit cannot be sent at all
-                    raise SinkError(
-                        f"record seq={row.seq} is larger than an event may be ({len(row.payload)} bytes)"
-                    ) from None
+                if len(batch) == 0:  # alone in an empty batch and still too large: it can never be sent
+                    oversize.append(row)
+                    continue
             self._send_batch(producer, batch)
             batch = producer.create_batch(partition_key=key)
-            batch.add(event)
+            try:
+                batch.add(event)
+            except ValueError:  # too large for an empty batch
+                oversize.append(row)
         if len(batch):
             self._send_batch(producer, batch)
+
+    def _dead_letter(self, rows: Sequence[OutboxRow]) -> None:
+        """Count and log records no event can carry; the shipper removes them with the rows that were sent."""
+        try:
+            self._on_drop(DROP_OVERSIZE, len(rows))
+        except Exception as error:
+            # Not counted means not dropped: keep them (and the sent rows, which go again and are deduplicated).
+            self.failures += 1
+            raise SinkError(f"could not count {len(rows)} dead-lettered records: {error}") from error
+        self.dropped += len(rows)
+        for row in rows:
+            log.error(
+                "record larger than an event may be: dead-lettered (dropped, counted)",
+                extra={
+                    "seq": row.seq,
+                    "record_type": row.record_type,
+                    "record_id": _record_id(row.payload),
+                    "bytes": len(row.payload),
+                    "reason": DROP_OVERSIZE,
+                },
+            )
 
     def _send_batch(self, producer: EventHubProducerClient, batch: Any) -> None:
         producer.send_batch(batch, timeout=self._send_timeout)

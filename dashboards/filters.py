@@ -56,10 +56,8 @@ def event_filter() -> str:
 
 
 def event_vm_filter() -> str:
-    """For the ``event_vms`` view: it has every VM column but the subscription."""
-    parts = [event_type_filter(), _affected("vm_id", "subscription_id", "subscription")]
-    parts += [_any(column, name) for name, _, column in VM_VARIABLES if name != "subscription"]
-    return " AND ".join(parts)
+    """For the ``event_vms`` view: it carries every VM column (the subscription since migration 0005)."""
+    return " AND ".join([event_type_filter(), vm_filter()])
 
 
 def event_in_range(first: str = "first_seen_at", last: str = "ended_at") -> str:

@@ -61,6 +61,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-max-records", type=int, help="records per insert at most (default 10000)")
     p.add_argument("--batch-max-wait", type=float, help="seconds a partial batch waits for more (default 1)")
     p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+    p.add_argument(
+        "--eventhubs-load-balancing-interval",
+        type=float,
+        metavar="SECONDS",
+        help="eventhubs source: seconds between partition claim/renew rounds (default 10)",
+    )
+    p.add_argument(
+        "--eventhubs-ownership-expiry",
+        type=float,
+        metavar="SECONDS",
+        help="eventhubs source: seconds a dead worker's partitions stay claimed before others take them "
+        "over; longer than the load balancing interval (default 60)",
+    )
 
     p = sub.add_parser("audit", help="answer audit questions from the history")
     audit = p.add_subparsers(dest="question", required=True)
@@ -110,7 +123,17 @@ def parse_when(text: str, now: datetime) -> datetime:
 def _settings(args: argparse.Namespace) -> IngestSettings:
     flags = {
         name: getattr(args, name, None)
-        for name in ("clickhouse", "database", "cluster", "log_level", "source", "batch_max_records", "batch_max_wait")
+        for name in (
+            "clickhouse",
+            "database",
+            "cluster",
+            "log_level",
+            "source",
+            "batch_max_records",
+            "batch_max_wait",
+            "eventhubs_load_balancing_interval",
+            "eventhubs_ownership_expiry",
+        )
     }
     return load(file=args.config, env=os.environ, flags=flags)
 

@@ -6,6 +6,7 @@ never from a flag or the ``--clickhouse`` target, and are kept out of ``repr``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,10 @@ class IngestSettings:
     eventhubs_namespace: str = ""  # fully qualified; managed identity
     eventhubs_name: str = ""
     eventhubs_consumer_group: str = "$Default"
+    # Seconds between a worker's claim/renew rounds, and how long a claim outlives a silent (dead) owner:
+    # a dead worker's partitions are taken over after about ownership_expiry + load_balancing_interval.
+    eventhubs_load_balancing_interval: float = 10.0
+    eventhubs_ownership_expiry: float = 60.0
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
@@ -97,6 +102,7 @@ def validate(s: IngestSettings) -> list[str]:
             )
     else:
         problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB or eventhubs")
+    problems += balance_problems(s.eventhubs_load_balancing_interval, s.eventhubs_ownership_expiry)
     for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):
         path = getattr(s, name)
         if path is not None and not path.is_file():
@@ -109,6 +115,22 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append("poll_interval must be positive")
     if s.log_level not in LOG_LEVELS:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+    return problems
+
+
+def balance_problems(interval: float, expiry: float) -> list[str]:
+    """Partition balancing: a live worker renews its claims every ``interval``, so they must outlast it."""
+    problems = []
+    interval_ok = math.isfinite(interval) and interval > 0
+    if not interval_ok:
+        problems.append("eventhubs_load_balancing_interval must be a positive number of seconds")
+    if not (math.isfinite(expiry) and expiry > 0):
+        problems.append("eventhubs_ownership_expiry must be a positive number of seconds")
+    elif interval_ok and expiry <= interval:
+        problems.append(
+            "eventhubs_ownership_expiry must be longer than eventhubs_load_balancing_interval "
+            "(otherwise live workers lose their partitions between two renewals)"
+        )
     return problems
 
 

@@ -104,6 +104,9 @@ class EventHubsSource:
         self._backoff = backoff or Backoff(initial=0.5, cap=10.0)
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self._client: EventHubConsumerClient | None = None
+        # The SDK calls on_event_batch from one thread per partition: counters are shared, backoff is not.
+        self._lock = threading.Lock()
+        self._failing: dict[str, int] = {}  # consecutive deliver failures per partition
         self.delivered = 0
         self.failures = 0
 
@@ -202,17 +205,21 @@ class EventHubsSource:
             try:
                 deliver(batch)
             except Exception as error:
-                self.failures += 1
+                with self._lock:
+                    self.failures += 1
+                    attempt = self._failing[context.partition_id] = self._failing.get(context.partition_id, 0) + 1
                 span.record_exception(error)
                 log.warning(
                     "deliver failed; the batch is not checkpointed and will be read again",
                     extra={"partition": context.partition_id, "events": len(batch), "error": repr(error)},
                 )
-                stop.wait(self._backoff.delay(min(self.failures, 8)))
+                stop.wait(self._backoff.delay(min(attempt, 8)))
                 raise DeliverFailed(f"partition {context.partition_id}: {error}") from error
-            self.failures = 0
+            # Checkpoint strictly after deliver returned: the batch is stored (or dead-lettered) by now.
             context.update_checkpoint(events[-1])
-            self.delivered += len(batch)
+            with self._lock:
+                self._failing.pop(context.partition_id, None)
+                self.delivered += len(batch)
 
 
 def _client_options(checkpoint_store: Any, load_balancing_interval: float, ownership_expiry: float) -> dict[str, Any]:

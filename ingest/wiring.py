@@ -96,7 +96,12 @@ def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Sourc
         store = BlobCheckpointStore(
             settings.checkpoint_blob_url, settings.checkpoint_container, credential=DefaultAzureCredential()
         )
-    options = {"max_batch_size": settings.batch_max_records, "max_wait_time": settings.batch_max_wait}
+    options: dict[str, Any] = {
+        "max_batch_size": settings.batch_max_records,
+        "max_wait_time": settings.batch_max_wait,
+        "load_balancing_interval": settings.eventhubs_load_balancing_interval,
+        "ownership_expiry": settings.eventhubs_ownership_expiry,
+    }
     hub_cs = settings.eventhubs_connection_string or _read(settings.eventhubs_connection_string_file)
     if hub_cs:
         return EventHubsSource.from_connection_string(
