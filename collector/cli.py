@@ -114,7 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _settings_flags(run)
-    status = commands.add_parser("status", help="print the outbox state of --state-dir as JSON")
+    status = commands.add_parser(
+        "status",
+        help="print the outbox state of --state-dir as JSON",
+        description="Print the outbox of --state-dir as JSON: rows waiting (depth), payload bytes, last seq, drops "
+        "by reason, and whether a snapshot exists. Opens the outbox read-write, so run it as the collector's user.",
+        epilog="exit status: 0 ok, 3 no outbox in --state-dir, or it cannot be opened.",
+    )
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the collector's state dir")
     return parser
 

@@ -106,6 +106,12 @@ def _eventhubs_problems(s: CollectorSettings) -> list[str]:
     if file is not None and not file.is_file():
         problems.append(f"eventhubs_connection_string_file {file} does not exist")
     has_secret = bool(s.eventhubs_connection_string) or file is not None
+    if s.eventhubs_connection_string and "endpoint=" not in s.eventhubs_connection_string.lower():
+        # The value is a secret: say what is wrong with it without showing it.
+        problems.append(
+            "SEVENTS_EVENTHUBS_CONNECTION_STRING is not an Event Hubs connection string (value not shown); "
+            "expected Endpoint=sb://NAMESPACE/;SharedAccessKeyName=...;SharedAccessKey=..."
+        )
     if not has_secret and "." not in s.eventhubs_namespace:
         problems.append(
             "sink eventhubs needs eventhubs_namespace (fully qualified, e.g. myns.servicebus.windows.net) "

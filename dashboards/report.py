@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="sevents-ingest report",
         description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
         "event table) for the events first seen in a window. Opens offline in any browser.",
+        epilog="exit status: 0 written, 1 invalid configuration, ClickHouse failed or --out cannot be written, "
+        "2 bad arguments (a time that is not one, --since not before --until).",
     )
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
     parser.add_argument(
@@ -145,12 +147,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--vm", action="append", default=[], help="only events affecting this VM (repeatable)")
     parser.add_argument("--fault-domain", action="append", type=int, default=[], help="repeatable")
     parser.add_argument("--event-id", action="append", default=[], help="only this EventId (repeatable)")
-    parser.add_argument("--out", type=Path, default=Path("sevents-report.html"), help="HTML file to write")
+    parser.add_argument(
+        "--out", type=Path, default=Path("sevents-report.html"), help="HTML file to write (default sevents-report.html)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``sevents-ingest report``; 0 written, 1 configuration or ClickHouse failed, 2 bad arguments."""
+    """Entry point of ``sevents-ingest report``; 0 written, 1 configuration, ClickHouse or --out failed, 2 bad usage."""
     from ingest.clickhouse import CLIENT_ERRORS, connect
     from ingest.errors import TargetError
     from ingest.settings import load
@@ -187,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sevents-ingest report: {error}", file=sys.stderr)
         return 1
     html = render(data, generated_at=now)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(html, encoding="utf-8")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(html, encoding="utf-8")
+    except OSError as error:
+        print(f"sevents-ingest report: cannot write --out {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 1
     log.info("report written", extra={"path": str(args.out), "events": len(data.events)})
     print(f"wrote {args.out} ({len(data.events)} events, {len(data.lanes)} VM lanes)")
     return 0

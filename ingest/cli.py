@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest import queries
+from ingest.clickhouse import CLIENT_ERRORS
 from ingest.errors import IngestError
 from ingest.migrate import migrate
 from ingest.output import FORMATS, render
@@ -31,12 +32,17 @@ EPILOG = """\
 targets: --clickhouse chdb:///abs/dir (embedded, one process per directory) or https://user@host:8443
 (password from SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file, never a flag).
 Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
+
+exit status: 0 ok, 1 ClickHouse failed (unreachable, in use, no schema), 2 invalid configuration or arguments
+(report: 1 for invalid configuration too, see report --help).
 """
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table")
-    parser.add_argument("--clickhouse", help="chdb:///abs/dir or https://user@host:8443")
+    parser.add_argument(
+        "--clickhouse", help="chdb:///abs/dir or https://user@host:8443 (default chdb:///var/lib/sevents/clickhouse)"
+    )
     parser.add_argument("--database", help="database name (default sevents)")
     parser.add_argument("--cluster", help="cluster name: Replicated + Distributed tables, ON CLUSTER DDL")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
@@ -85,9 +91,9 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--per-vm", action="store_true", help="one row per VM instead of per fault domain")
     a = audit.add_parser("disruptive", help="Reboot and Redeploy events in a window: approval latency, impact")
     _window(a)
-    a.add_argument("--types", default="Reboot,Redeploy", help="event types (comma separated)")
+    a.add_argument("--types", default="Reboot,Redeploy", help="event types, comma separated (default Reboot,Redeploy)")
     a = audit.add_parser("silent", help="VMs whose collector went quiet or whose last poll failed")
-    a.add_argument("--threshold", type=int, default=180, help="seconds without a heartbeat (default 180)")
+    a.add_argument("--threshold", type=_positive_int, default=180, help="seconds without a heartbeat (default 180)")
     a = audit.add_parser("events", help="every event first seen in a window")
     _window(a)
     a = audit.add_parser("fault-domains", help="approval latency and impact per fault domain in a window")
@@ -103,6 +109,16 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _window(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", default="24h", help="ISO 8601 time or an age like 90m, 24h, 7d (default 24h)")
     p.add_argument("--until", default="now", help="ISO 8601 time, an age, or now (default)")
@@ -116,7 +132,10 @@ def parse_when(text: str, now: datetime) -> datetime:
     if match:
         unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
         return now - timedelta(**{unit: int(match.group(1))})
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a time: use ISO 8601 (2026-11-21T10:00:00Z), now, or 90m/24h/7d") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -192,6 +211,9 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"sevents-ingest: bad --since/--until: {error}", file=sys.stderr)
             return 2
+        if params["since"] >= params["until"]:
+            print(f"sevents-ingest: --since {args.since} must be before --until {args.until}", file=sys.stderr)
+            return 2
     if q == "vm":
         query, params = queries.VM_HISTORY, {**params, "vm": args.vm}
     elif q == "event":
@@ -208,10 +230,23 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         query = queries.FAULT_DOMAIN_SUMMARY
     else:
         query = queries.COUNTS
-    result = queries.run(open_client(settings), query, settings.database, **params)
+    try:
+        result = queries.run(open_client(settings), query, settings.database, **params)
+    except CLIENT_ERRORS as error:
+        # A missing database is the usual first-hour mistake (wrong --database, nothing ingested yet): say so.
+        hint = " (run `sevents-ingest migrate` or check --database)" if "UNKNOWN_DATABASE" in str(error) else ""
+        print(f"sevents-ingest: audit {q} failed on database {settings.database}{hint}: {error}", file=sys.stderr)
+        return 1
     if args.format == "table":
         print(f"# {query.title}")
     sys.stdout.write(render(result, args.format))
+    if not result.rows and q in ("vm", "event"):
+        # An empty answer about one named thing is usually a typo or a window too short; stderr keeps json/csv clean.
+        if q == "vm":
+            hint = f"VM {args.vm!r} between {args.since} and {args.until}; check the VM name or vmId and --since"
+        else:
+            hint = f"EventId {args.event_id!r}; check the id (audit events lists them)"
+        print(f"sevents-ingest: no records for {hint}", file=sys.stderr)
     return 0
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from collector.agent import Agent
 from collector.settings import CollectorSettings
+from ingest.clickhouse import _locked
+from ingest.errors import TargetError
 from ingest.settings import IngestSettings
 from ingest.wiring import Pipeline, build
 from simulator import SimServer, load_scenario
@@ -102,6 +104,12 @@ def start(
     tests pass the one they already use (with their own ``database``).
     """
     workdir = workdir.resolve()
+    if fresh and clickhouse is None and _locked(workdir / "clickhouse"):
+        # Starting fresh deletes the directory: never pull it from under a running ingest or demo.
+        raise TargetError(
+            f"the embedded ClickHouse directory {workdir / 'clickhouse'} is open in another process "
+            "(a running sevents-ingest or demo?): stop it first, or use another workdir"
+        )
     if fresh:
         for part in ("clickhouse", "collectors"):
             shutil.rmtree(workdir / part, ignore_errors=True)

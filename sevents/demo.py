@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -18,10 +19,12 @@ from pathlib import Path
 
 from ingest import queries
 from ingest.compare import Check, compare, fault_domain_truth
+from ingest.errors import IngestError
 from ingest.fleetrun import FleetRun, start
 from ingest.output import table
 from sevents import records
 from sevents.logs import setup_logging
+from simulator.errors import ScenarioError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,13 +32,34 @@ def parser() -> argparse.ArgumentParser:
         prog="sevents-demo",
         description="Run a simulated fleet through real collectors and the ingest into embedded ClickHouse, "
         "then print what was recorded next to the simulator's ground truth.",
+        epilog="exit status: 0 every recorded value matches the ground truth, 1 some do not or the workdir "
+        "cannot be used, 2 bad arguments or an unknown scenario.",
     )
     p.add_argument("--workdir", type=Path, default=Path("var/demo"), help="where state goes (default ./var/demo)")
-    p.add_argument("--speed", type=float, help="simulation speed factor (default: the scenario's, 20)")
-    p.add_argument("--poll-interval", type=float, default=1.0, help="collector poll interval in seconds")
-    p.add_argument("--scenario", default="demo", help="simulator scenario (default demo)")
-    p.add_argument("--timeout", type=float, default=300.0, help="give up waiting for the scenario after this")
+    p.add_argument(
+        "--speed", type=_positive, help="scenario seconds per wall second (default: the scenario's own, 20 for demo)"
+    )
+    p.add_argument(
+        "--poll-interval", type=_positive, default=1.0, help="collector poll interval in seconds (default 1)"
+    )
+    p.add_argument("--scenario", default="demo", help="built-in simulator scenario or TOML file (default demo)")
+    p.add_argument(
+        "--timeout",
+        type=_positive,
+        default=300.0,
+        help="seconds to wait for the scenario to end before summarising what was recorded (default 300)",
+    )
     return p
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,7 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
     started_at = datetime.now(UTC)
     print(f"sevents demo: scenario {args.scenario!r}, workdir {args.workdir}")
-    run = start(args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval)
+    try:
+        run = start(args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval)
+    except ScenarioError as error:
+        print(f"sevents-demo: {error}", file=sys.stderr)
+        return 2
+    except (OSError, IngestError) as error:
+        detail = error.strerror if isinstance(error, OSError) and error.strerror else error
+        print(f"sevents-demo: cannot run in workdir {args.workdir}: {detail}", file=sys.stderr)
+        return 1
     try:
         print(f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {len(run.agents)} collectors polling")
         if not _wait(run, args.timeout, began):

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -36,6 +37,8 @@ Control and inspection endpoints (no Metadata header needed):
 
 Scenario times are Azure's real timings (15 min notice, ~10 min Started); --speed compresses them:
 --speed 60 makes a minute of scenario time pass in one second.
+
+exit status: 0 ok, 1 cannot listen or cannot write --truth-out, 2 bad arguments or invalid scenario.
 """
 
 
@@ -81,8 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--linger", type=float, default=2.0, help="with --exit-when-done, keep serving this many seconds (default: 2)"
     )
-    parser.add_argument("--truth-out", default=None, help="write the ground truth as JSON to this file on exit")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--truth-out", default=None, help="write the ground truth as JSON to this file on exit (default: not written)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"
+    )
     return parser
 
 
@@ -93,7 +100,11 @@ def _list() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.truth_out and not os.path.isdir(os.path.dirname(os.path.abspath(args.truth_out))):
+        # Checked up front: finding out only after the whole scenario ran would waste the run.
+        parser.error(f"--truth-out: directory of {args.truth_out} does not exist")
     setup_logging(args.log_level)
     if args.list_scenarios:
         return _list()
@@ -120,11 +131,20 @@ def main(argv: list[str] | None = None) -> int:
             if args.exit_when_done and server.done():
                 stop.wait(args.linger)
                 break
-        if args.truth_out:
-            with open(args.truth_out, "w", encoding="utf-8") as out:
-                json.dump(jsonable(server.truth()), out, indent=1)
+        if args.truth_out and not _write_truth(args.truth_out, server.truth()):
+            return 1
         log.info("simulator stopped", extra={"scenario": scenario.name, "done": server.done()})
     return 0
+
+
+def _write_truth(path: str, truth: object) -> bool:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            json.dump(jsonable(truth), out, indent=1)
+    except OSError as e:
+        print(f"sevents-imds-sim: cannot write --truth-out {path}: {e.strerror or e}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":

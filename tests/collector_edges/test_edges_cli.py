@@ -265,3 +265,10 @@ def test_status_of_a_damaged_outbox_is_a_clear_fatal_error(tmp_path: Path) -> No
     )
     assert result.returncode == 3
     assert b"Traceback" not in result.stderr and b"outbox" in result.stderr
+
+
+def test_status_help_says_what_it_prints_and_its_exit_status() -> None:
+    """`status --help` explains its output, the access it needs and its exit codes."""
+    result = subprocess.run([COLLECTOR, "status", "--help"], capture_output=True, text=True, timeout=30, check=True)
+    for needle in ("depth", "drops", "read-write", "exit status: 0 ok, 3"):
+        assert needle in result.stdout

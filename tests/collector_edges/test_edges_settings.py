@@ -117,3 +117,17 @@ def test_connection_string_in_the_config_file_is_refused(tmp_path: Path) -> None
     assert "c2VjcmV0" not in text
     settings = load_settings(file=None, env={"SEVENTS_EVENTHUBS_CONNECTION_STRING": secret})
     assert settings.connection_string() == secret and "c2VjcmV0" not in repr(settings)
+
+
+def test_a_connection_string_without_an_endpoint_is_refused_without_echoing_it() -> None:
+    """A garbled SEVENTS_EVENTHUBS_CONNECTION_STRING is a configuration problem whose message hides the value."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings(
+            env={
+                "SEVENTS_SINK": "eventhubs",
+                "SEVENTS_EVENTHUBS_NAME": "hub",
+                "SEVENTS_EVENTHUBS_CONNECTION_STRING": "SharedAccessKey=TOPSECRET",
+            }
+        )
+    assert "not an Event Hubs connection string" in str(caught.value)
+    assert "TOPSECRET" not in str(caught.value)

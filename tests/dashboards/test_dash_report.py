@@ -192,3 +192,15 @@ def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
     data = shot.read_bytes()
     assert _png_size(data) == (1280, 1800) and len(data) > 20_000
     shutil.copy(page, ARTIFACTS / "dashboards-report.html")
+
+
+def test_out_that_cannot_be_written_exits_1(seeded: Seeded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An --out whose directory cannot be created is one line naming the file, exit 1, no traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = blocker / "r.html"
+    start, end = around(seeded)
+    argv = ["--clickhouse", seeded.target, "--since", start.isoformat(), "--until", end.isoformat(), "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write --out {out}" in err and "Traceback" not in err

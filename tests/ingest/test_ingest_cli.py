@@ -155,3 +155,42 @@ def test_eventhubs_settings_build_the_eventhubs_source_without_secrets_on_the_co
     settings = load(file=None, env=env, flags={"clickhouse": "chdb:///tmp/unused"})
     assert "SharedAccessKey" not in repr(settings)
     assert isinstance(make_source(settings), EventHubsSource)
+
+
+def test_audit_on_a_missing_database_is_one_line_not_a_traceback(
+    ch: Any, ch_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An audit against a database that was never migrated exits 1 and says how to fix it."""
+    code = cli.main(["audit", "counts", "--clickhouse", f"chdb://{ch_path}", "--database", "never_migrated"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "never_migrated" in err and "sevents-ingest migrate" in err and "Traceback" not in err
+
+
+def test_audit_rejects_an_empty_window_and_names_accepted_times(capsys: pytest.CaptureFixture[str]) -> None:
+    """--since after --until, or a time that is not one, exit 2 before ClickHouse is touched."""
+    assert cli.main(["audit", "events", "--since", "1h", "--until", "2h", "--clickhouse", "chdb:///nowhere"]) == 2
+    assert "must be before --until" in capsys.readouterr().err
+    assert cli.main(["audit", "vm", "web-0", "--since", "yesterday", "--clickhouse", "chdb:///nowhere"]) == 2
+    assert "90m/24h/7d" in capsys.readouterr().err
+    assert not Path("/nowhere").exists()
+
+
+def test_audit_of_an_unknown_vm_or_event_says_so_on_stderr(
+    ch: Any, ch_path: Path, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty answer about one named VM or EventId is explained on stderr; stdout stays valid JSON."""
+    target = ["--clickhouse", f"chdb://{ch_path}", "--database", db, "--format", "json"]
+    assert cli.main(["audit", "vm", "no-such-vm", *target]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == [] and "no records for VM 'no-such-vm'" in captured.err
+    assert cli.main(["audit", "event", "NO-SUCH-EVENT", *target]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == [] and "no records for EventId 'NO-SUCH-EVENT'" in captured.err
+
+
+def test_silent_threshold_must_be_a_positive_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    """A negative --threshold is a usage error (exit 2) naming the flag, not a ClickHouse parameter error."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["audit", "silent", "--threshold", "-5", "--clickhouse", "chdb:///nowhere"])
+    assert exited.value.code == 2 and "--threshold: must be at least 1" in capsys.readouterr().err

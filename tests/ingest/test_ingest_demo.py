@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from ingest.clickhouse import _locked
 
 
 @pytest.mark.slow
@@ -35,3 +38,51 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
     assert "105 of 105 values match the ground truth" in out
     assert (tmp_path / "demo" / "report.html").is_file()
     assert (tmp_path / "demo" / "clickhouse").is_dir()
+
+
+def _demo(*args: str) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from sevents.demo import main; sys.exit(main())"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_demo_bad_input_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """An unknown scenario, a speed that is not positive and an unusable workdir are named, never a traceback."""
+    unknown = _demo("--workdir", str(tmp_path / "a"), "--scenario", "no-such-scenario")
+    assert unknown.returncode == 2 and "no-such-scenario" in unknown.stderr and "Traceback" not in unknown.stderr
+    slow = _demo("--workdir", str(tmp_path / "b"), "--speed", "-1")
+    assert slow.returncode == 2 and "--speed" in slow.stderr and "Traceback" not in slow.stderr
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    unusable = _demo("--workdir", str(blocker / "demo"))
+    assert unusable.returncode == 1 and "cannot run in workdir" in unusable.stderr
+    assert "Traceback" not in unusable.stderr
+
+
+def test_demo_refuses_a_workdir_whose_clickhouse_another_process_holds(tmp_path: Path) -> None:
+    """The demo starts fresh by deleting <workdir>/clickhouse, so a directory in use elsewhere is left alone."""
+    directory = tmp_path / "work" / "clickhouse"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ingest.cli",
+            "run",
+            "--source",
+            f"outbox:{tmp_path}/none",
+            "--clickhouse",
+            f"chdb://{directory}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _locked(directory):
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder never opened the directory"
+            time.sleep(0.2)
+        refused = _demo("--workdir", str(tmp_path / "work"), "--timeout", "1")
+        assert refused.returncode == 1 and "open in another process" in refused.stderr
+        assert (directory / "status").is_file() and _locked(directory)
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)

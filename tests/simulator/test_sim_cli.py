@@ -87,3 +87,15 @@ def test_odd_speed_and_port_are_clear_errors() -> None:
         out = run(*args, "--exit-when-done", "--linger", "0", timeout=30)
         assert out.returncode == 2, (args, out.stderr)
         assert "Traceback" not in out.stderr and args[0] in out.stderr
+
+
+def test_truth_out_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    """--truth-out in a missing directory is refused up front (exit 2); one that cannot be opened exits 1."""
+    missing = run("--truth-out", str(tmp_path / "nope" / "truth.json"), "--exit-when-done", "--port", "0")
+    assert missing.returncode == 2 and "--truth-out" in missing.stderr and "Traceback" not in missing.stderr
+    a_directory = tmp_path / "truth.json"
+    a_directory.mkdir()
+    args = ("--scenario", "platform-reboot", "--speed", "10000", "--port", "0", "--exit-when-done", "--linger", "0")
+    out = run(*args, "--truth-out", str(a_directory))
+    assert out.returncode == 1, out.stderr
+    assert "cannot write --truth-out" in out.stderr and "Traceback" not in out.stderr
