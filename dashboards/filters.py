@@ -56,7 +56,7 @@ def event_filter() -> str:
 
 
 def event_vm_filter() -> str:
-    """For the ``event_vms`` view: it carries every VM column (the subscription since migration 0005)."""
+    """For the ``event_vms`` view: it carries every VM column (the subscription included)."""
     return " AND ".join([event_type_filter(), vm_filter()])
 
 

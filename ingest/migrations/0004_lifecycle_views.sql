@@ -3,6 +3,10 @@
 -- event_vms: one row per (EventId, observing VM), for timelines.
 -- events:    one row per EventId across every VM that reported it.
 --
+-- event_vms also carries the observing VM's subscription_id and resource_group (its latest, like vm_name),
+-- so dashboards filter a subscription without a subquery; events carries subscription_ids and resource_groups
+-- of the VMs the event affects (like fault_domains).
+--
 -- Definitions (IMDS shows no completion and no approval, so these are what an observer can establish):
 --   first_seen_at     earliest observation of the event by any collector.
 --   not_before_first  NotBefore as first announced; not_before_last: the last non-blank NotBefore seen.
@@ -23,6 +27,8 @@ SELECT
     event_id,
     vm_id,
     vm_name,
+    subscription_id,
+    resource_group,
     location,
     zone,
     scale_set,
@@ -52,6 +58,8 @@ FROM
         event_id,
         vm_id,
         argMax(vm_name, observed_at) AS vm_name,
+        argMax(subscription_id, observed_at) AS subscription_id,
+        argMax(resource_group, observed_at) AS resource_group,
         argMax(location, observed_at) AS location,
         argMax(zone, observed_at) AS zone,
         argMax(scale_set, observed_at) AS scale_set,
@@ -98,6 +106,8 @@ SELECT
     observing_vms,
     fault_domains,
     update_domains,
+    subscription_ids,
+    resource_groups,
     if(started_at_ IS NULL, NULL, dateDiff('millisecond', first_seen_at_, started_at_) / 1000) AS notice_s,
     if(approved_at_ IS NULL, NULL, dateDiff('millisecond', first_seen_at_, approved_at_) / 1000)
         AS approval_latency_s,
@@ -127,6 +137,8 @@ FROM
         uniqExact(vm_id) AS observing_vms,
         arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
         arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
+        arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
+        arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
         sum(transitions) AS transitions_,
         sum(anomalies) AS anomalies_
     FROM ${db}.event_vms

@@ -1,4 +1,4 @@
-"""The subscription on event_vms (migration 0005) and the dashboards' subscription filter that reads it."""
+"""The subscription on event_vms (migration 0004) and the dashboards' subscription filter that reads it."""
 
 from __future__ import annotations
 
@@ -69,14 +69,14 @@ def test_impact_panel_follows_the_subscription_choice(seeded: Seeded) -> None:
     assert other.rows == []
 
 
-def test_migration_0005_replaces_both_views_on_one_node_and_on_a_cluster() -> None:
-    """0005 renders to idempotent CREATE OR REPLACE VIEW statements, with ON CLUSTER on a cluster only."""
-    migration = next(m for m in load_migrations() if m.version == 5)
+def test_migration_0004_creates_both_views_on_one_node_and_on_a_cluster() -> None:
+    """0004 renders to idempotent CREATE VIEW IF NOT EXISTS statements, with ON CLUSTER on a cluster only."""
+    migration = next(m for m in load_migrations() if m.version == 4)
     for target, on_cluster in ((Target(database="hist"), False), (Target(database="hist", cluster="prod"), True)):
         statements = render(migration, target)
         heads = [s.split(" AS", 1)[0].strip() for s in statements]
-        assert heads[0].startswith("CREATE OR REPLACE VIEW hist.event_vms")
-        assert heads[1].startswith("CREATE OR REPLACE VIEW hist.events")
+        assert heads[0].startswith("CREATE VIEW IF NOT EXISTS hist.event_vms")
+        assert heads[1].startswith("CREATE VIEW IF NOT EXISTS hist.events")
         assert len(statements) == 2
         assert all(("ON CLUSTER 'prod'" in h) == on_cluster for h in heads)
         assert all("FROM hist." in s for s in statements)
