@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ingest.clickhouse import connect
-from ingest.migrate import Target, migrate
+from tests.chdb_fixtures import ch, ch_path, db
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores, running_azurite
 from tests.eventhubs.hub_store import HubStore
@@ -35,25 +32,3 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 def checkpoint_store(azurite: Azurite) -> CheckpointStores:
     """A factory of checkpoint stores on a fresh container (one per test)."""
     return CheckpointStores.create(azurite, f"ckpt-{uuid.uuid4().hex[:12]}")
-
-
-@pytest.fixture(scope="package")
-def ch_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The one chdb directory this package uses (chdb allows one path per process at a time)."""
-    return tmp_path_factory.mktemp("eventhubs-ch")
-
-
-@pytest.fixture(scope="package")
-def ch(ch_path: Path) -> Iterator[Any]:
-    """A client on the embedded engine, closed when the package is done so other packages can open theirs."""
-    client = connect(f"chdb://{ch_path}")
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def db(ch: Any) -> str:
-    """A fresh database with the schema applied; its name."""
-    name = "eh_" + uuid.uuid4().hex[:12]
-    migrate(ch, Target(database=name))
-    return name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,35 +10,12 @@ from typing import Any
 import pytest
 
 from collector.outbox import Outbox
-from ingest.clickhouse import connect
 from ingest.handler import Handler
-from ingest.migrate import Target, migrate
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.records import encode
 from sevents.retry import Backoff
-
-
-@pytest.fixture(scope="package")
-def ch_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The one chdb directory this process uses (chdb allows one path per process at a time)."""
-    return tmp_path_factory.mktemp("ingest-ch")
-
-
-@pytest.fixture(scope="package")
-def ch(ch_path: Path) -> Iterator[Any]:
-    """A client on the embedded engine, closed when the package is done so other packages can open theirs."""
-    client = connect(f"chdb://{ch_path}")
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def db(ch: Any) -> str:
-    """A fresh database with the schema applied; its name."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    migrate(ch, Target(database=name))
-    return name
+from tests.chdb_fixtures import ch, ch_path, db
 
 
 @pytest.fixture
