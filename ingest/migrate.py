@@ -7,6 +7,11 @@ Theory of operation. ``ingest/migrations/NNNN_name.sql`` are templates written f
 - On a cluster every ``ENGINE = XMergeTree(args)`` becomes ``ReplicatedXMergeTree(path, replica, args)``,
   and a ``-- @distributed NAME SHARDING_KEY`` comment before a CREATE TABLE adds a ``Distributed`` table
   ``NAME`` over ``NAME_local`` right after it, so that readers and writers always use plain names.
+- A ``-- @backfill`` comment before a ``CREATE MATERIALIZED VIEW ... TO target AS SELECT ...`` adds, right after
+  it, ``INSERT INTO target SELECT ...``: the rows that were there before the view, read through the view's own
+  query (on a cluster through the Distributed tables, so every shard is read and written). The view exists
+  first, so no row inserted meanwhile is missed; rows seen twice change nothing because rollups keep only
+  states that a repeated row leaves unchanged. Nothing like POPULATE, which misses rows inserted while it runs.
 
 Every statement is idempotent (``IF NOT EXISTS``); a migration is recorded in ``schema_migrations`` with the
 checksum of its template once all its statements succeeded, and is never applied twice. Editing a migration
@@ -33,6 +38,8 @@ _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _ENGINE = re.compile(r"ENGINE\s*=\s*(\w*MergeTree)\(([^)]*)\)")
 _DISTRIBUTED = re.compile(r"^--\s*@distributed\s+(\w+)\s+(.+?)\s*$", re.MULTILINE)
+_BACKFILL = re.compile(r"^--\s*@backfill\s*$", re.MULTILINE)
+_VIEW_TARGET = re.compile(r"\bTO\s+(\S+)\s+AS\s+(SELECT\b.*)$", re.DOTALL)
 _REPLICA_ARGS = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
 
 
@@ -131,10 +138,12 @@ def render(migration: Migration, target: Target) -> list[str]:
     for statement in split_statements(sql):
         directive = _DISTRIBUTED.search(statement)
         body = _without_comments(statement).strip()
+        backfill = _backfill(body, target) if _BACKFILL.search(statement) else []
         if not cluster:
-            out.append(body)
+            out.extend([body, *backfill])
             continue
         out.append(_ENGINE.sub(_replicated, body))
+        out.extend(backfill)
         if directive:
             name, key = directive.group(1), directive.group(2)
             db = target.database
@@ -143,6 +152,17 @@ def render(migration: Migration, target: Target) -> list[str]:
                 f"ENGINE = Distributed('{cluster}', '{db}', '{name}_local', {key})"
             )
     return out
+
+
+def _backfill(view: str, target: Target) -> list[str]:
+    """``INSERT INTO target SELECT ...`` from a materialized view's own statement (on a cluster: plain names)."""
+    match = _VIEW_TARGET.search(view)
+    if not match:
+        raise MigrationError(f"@backfill needs CREATE MATERIALIZED VIEW ... TO table AS SELECT: {view[:80]}")
+    insert = f"INSERT INTO {match.group(1)} {match.group(2)}"
+    if target.cluster:
+        insert = re.sub(rf"\b({re.escape(target.database)}\.\w+)_local\b", r"\1", insert)
+    return [insert]
 
 
 def _replicated(match: re.Match[str]) -> str:

@@ -1,0 +1,386 @@
+-- Rollups that follow `transitions` and `heartbeats` by themselves (materialized views), so that every question
+-- costs what it shows, not the length of the history. `transitions` stays the table of record.
+--
+-- Every state here is unchanged by a repeated row (min, max, argMin/argMax, groupUniqArray, uniqExact of an id,
+-- maxMap): a redelivered duplicate, a replay of dead letters or a second backfill never changes a figure, and
+-- the backfill at the end of this migration may overlap rows the views already saw while it ran.
+--
+-- event_vm_rollup   one (event, observing VM): the lifecycle `event_vms` reads.
+-- event_rollup      one event, partitioned by the month of its last activity: what finds the events of a time
+--                   range or the active set without reading old parts (first/last seen, each VM's last state).
+-- vm_retirements    when a VM's own Terminate or Preempt started: the VM is going away.
+-- heartbeat_hours   one VM per hour: heartbeats received, outbox depth, poll health (coverage at fleet scale).
+
+-- @distributed event_vm_rollup cityHash64(vm_id)
+CREATE TABLE IF NOT EXISTS ${db}.event_vm_rollup${local} ${on_cluster}
+(
+    event_id          String,
+    vm_id             String,
+    -- (observed_at, value): the greatest tuple is the value last observed, as argMax would give, but kept as a
+    -- plain column (SimpleAggregateFunction) so that inserts and merges stay cheap
+    vm_name           SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    subscription_id   SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    resource_group    SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    location          SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    zone              SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    scale_set         SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    fault_domain      SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(UInt16))),
+    update_domain     SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(UInt16))),
+    affects_this_vm   SimpleAggregateFunction(max, Bool),
+    event_type        SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    event_source      SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(String))),
+    resource_type     SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    description       SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(String))),
+    -- first announced: the least tuple; rows without a value carry the far future so they never win
+    duration_s        SimpleAggregateFunction(min, Tuple(DateTime64(3, 'UTC'), Nullable(Int64))),
+    resources         SimpleAggregateFunction(groupUniqArrayArray, Array(String)),
+    first_seen_at     SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
+    last_seen_at      SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
+    not_before_first  SimpleAggregateFunction(min, Tuple(DateTime64(3, 'UTC'), Nullable(DateTime64(3, 'UTC')))),
+    not_before_last   SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(DateTime64(3, 'UTC')))),
+    started_at        SimpleAggregateFunction(min, Nullable(DateTime64(3, 'UTC'))),
+    -- at equal times a disappearance is the later of the two
+    last_kind         SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), UInt8, String)),
+    transition_ids    SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64)),
+    anomaly_ids       SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64))
+)
+ENGINE = AggregatingMergeTree
+ORDER BY (event_id, vm_id);
+
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.event_vm_rollup_mv ${on_cluster}
+TO ${db}.event_vm_rollup${local}
+AS SELECT
+    event_id,
+    vm_id,
+    max((observed_at, toString(vm_name))) AS vm_name,
+    max((observed_at, toString(subscription_id))) AS subscription_id,
+    max((observed_at, toString(resource_group))) AS resource_group,
+    max((observed_at, toString(location))) AS location,
+    max((observed_at, toString(zone))) AS zone,
+    max((observed_at, toString(scale_set))) AS scale_set,
+    max((observed_at, fault_domain)) AS fault_domain,
+    max((observed_at, update_domain)) AS update_domain,
+    max(affects_this_vm) AS affects_this_vm,
+    maxIf((observed_at, toString(event_type)), event_type != '') AS event_type,
+    maxIf((observed_at, CAST(event_source, 'Nullable(String)')), event_source IS NOT NULL) AS event_source,
+    maxIf((observed_at, toString(resource_type)), resource_type != '') AS resource_type,
+    maxIf((observed_at, description), description IS NOT NULL) AS description,
+    min(if(duration_s IS NULL, (toDateTime64('2299-12-31 00:00:00', 3, 'UTC'), NULL), (observed_at, duration_s)))
+        AS duration_s,
+    groupUniqArrayArray(resources) AS resources,
+    min(observed_at) AS first_seen_at,
+    max(observed_at) AS last_seen_at,
+    min(if(not_before IS NULL, (toDateTime64('2299-12-31 00:00:00', 3, 'UTC'), NULL), (observed_at, not_before)))
+        AS not_before_first,
+    maxIf((observed_at, not_before), not_before IS NOT NULL) AS not_before_last,
+    minIf(toNullable(observed_at), status = 'Started') AS started_at,
+    max((observed_at, toUInt8(kind = 'disappeared'), toString(kind))) AS last_kind,
+    groupUniqArray(cityHash64(transition_id)) AS transition_ids,
+    groupUniqArrayIf(cityHash64(transition_id), kind = 'anomaly') AS anomaly_ids
+FROM ${db}.transitions${local}
+WHERE event_id != ''
+GROUP BY event_id, vm_id;
+
+-- @distributed event_rollup cityHash64(event_id)
+CREATE TABLE IF NOT EXISTS ${db}.event_rollup${local} ${on_cluster}
+(
+    event_id          String,
+    first_seen_at     SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
+    last_seen_at      SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
+    -- per observing VM (cityHash64 of vm_id): its last observation in milliseconds * 2, plus 1 when that
+    -- observation closed the event on that VM (it disappeared, or the VM's own Terminate or Preempt started)
+    vm_last           SimpleAggregateFunction(maxMap, Tuple(Array(UInt64), Array(UInt64))),
+    event_type        SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
+    affected_vms      SimpleAggregateFunction(groupUniqArrayArray, Array(String))
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(last_seen_at)
+ORDER BY event_id;
+
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.event_rollup_mv ${on_cluster}
+TO ${db}.event_rollup${local}
+AS SELECT
+    event_id,
+    min(observed_at) AS first_seen_at,
+    max(observed_at) AS last_seen_at,
+    maxMap(([vm_key], [vm_state])) AS vm_last,
+    maxIf((observed_at, type), type != '') AS event_type,
+    groupUniqArrayArray(resources) AS affected_vms
+FROM
+(
+    SELECT
+        event_id,
+        observed_at,
+        resources,
+        toString(event_type) AS type,
+        cityHash64(vm_id) AS vm_key,
+        toUInt64(toUnixTimestamp64Milli(observed_at)) * 2
+            + (kind = 'disappeared' OR (status = 'Started' AND affects_this_vm AND type IN ('Terminate', 'Preempt')))
+            AS vm_state
+    FROM ${db}.transitions${local}
+    WHERE event_id != ''
+)
+GROUP BY event_id;
+
+-- @distributed vm_retirements cityHash64(vm_id)
+CREATE TABLE IF NOT EXISTS ${db}.vm_retirements${local} ${on_cluster}
+(
+    vm_id             String,
+    retired_at        SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
+    reason            SimpleAggregateFunction(anyLast, String)
+)
+ENGINE = AggregatingMergeTree
+ORDER BY vm_id;
+
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.vm_retirements_mv ${on_cluster}
+TO ${db}.vm_retirements${local}
+AS SELECT vm_id, max(observed_at) AS retired_at, anyLast(toString(event_type)) AS reason
+FROM ${db}.transitions${local}
+WHERE status = 'Started' AND affects_this_vm AND event_type IN ('Terminate', 'Preempt')
+GROUP BY vm_id;
+
+-- Transitions in time order, narrow: what time-range panels (state timeline, ingest lag) read.
+-- Same dedupe key as `transitions` (a transition always has the same observed_at), read with FINAL.
+-- @distributed transitions_by_time cityHash64(vm_id)
+CREATE TABLE IF NOT EXISTS ${db}.transitions_by_time${local} ${on_cluster}
+(
+    observed_at        DateTime64(3, 'UTC'),
+    transition_id      String,
+    ingested_at        DateTime64(3, 'UTC'),
+    vm_id              String,
+    vm_name            String,
+    subscription_id    LowCardinality(String),
+    location           LowCardinality(String),
+    scale_set          LowCardinality(String),
+    fault_domain       Nullable(UInt16),
+    event_id           String,
+    event_type         LowCardinality(String),
+    kind               LowCardinality(String),
+    status             LowCardinality(String),
+    affects_this_vm    Bool
+)
+ENGINE = ReplacingMergeTree(ingested_at)
+PARTITION BY toYYYYMM(observed_at)
+ORDER BY (observed_at, transition_id);
+
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.transitions_by_time_mv ${on_cluster}
+TO ${db}.transitions_by_time${local}
+AS SELECT observed_at, transition_id, ingested_at, vm_id, vm_name, subscription_id, location, scale_set, fault_domain,
+          event_id, event_type, kind, status, affects_this_vm
+FROM ${db}.transitions${local};
+
+-- One VM per hour: how many heartbeats arrived (coverage), the deepest outbox, whether any poll failed.
+-- @distributed heartbeat_hours cityHash64(vm_id)
+CREATE TABLE IF NOT EXISTS ${db}.heartbeat_hours${local} ${on_cluster}
+(
+    hour               DateTime('UTC'),
+    vm_id              String,
+    vm_name            SimpleAggregateFunction(anyLast, String),
+    subscription_id    SimpleAggregateFunction(anyLast, String),
+    location           SimpleAggregateFunction(anyLast, String),
+    scale_set          SimpleAggregateFunction(anyLast, String),
+    fault_domain       SimpleAggregateFunction(anyLast, Nullable(UInt16)),
+    heartbeats         AggregateFunction(uniqExact, String),
+    last_at            SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
+    max_outbox_depth   SimpleAggregateFunction(max, UInt64),
+    failed_poll        SimpleAggregateFunction(max, UInt8)
+)
+ENGINE = AggregatingMergeTree
+PARTITION BY toYYYYMM(hour)
+ORDER BY (hour, vm_id)
+TTL hour + INTERVAL 400 DAY;
+
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.heartbeat_hours_mv ${on_cluster}
+TO ${db}.heartbeat_hours${local}
+AS SELECT
+    toStartOfHour(observed_at) AS hour,
+    vm_id,
+    anyLast(vm_name) AS vm_name,
+    anyLast(toString(subscription_id)) AS subscription_id,
+    anyLast(toString(location)) AS location,
+    anyLast(toString(scale_set)) AS scale_set,
+    anyLast(fault_domain) AS fault_domain,
+    uniqExactState(heartbeat_id) AS heartbeats,
+    max(observed_at) AS last_at,
+    max(outbox_depth) AS max_outbox_depth,
+    max(toUInt8(NOT last_poll_ok)) AS failed_poll
+FROM ${db}.heartbeats${local}
+GROUP BY hour, vm_id;
+
+-- The latest heartbeat per VM now says whether it was the collector's last word (a clean stop).
+ALTER TABLE ${db}.heartbeats_latest${local} ${on_cluster} ADD COLUMN IF NOT EXISTS final Bool DEFAULT false;
+ALTER TABLE ${db}.heartbeats_latest ${on_cluster} ADD COLUMN IF NOT EXISTS final Bool DEFAULT false;
+ALTER TABLE ${db}.heartbeats_latest_mv ${on_cluster} MODIFY QUERY
+SELECT
+    vm_id, observed_at, vm_name, location, subscription_id, resource_group, zone, fault_domain,
+    update_domain, scale_set, collector_version, api_version, last_incarnation, last_poll_ok,
+    last_poll_error, polls, poll_errors, active_events, outbox_depth, drops, started_at, final
+FROM ${db}.heartbeats${local};
+
+-- Raw heartbeats are for the last days only; the hourly rollup and heartbeats_latest keep the rest.
+ALTER TABLE ${db}.heartbeats${local} ${on_cluster} MODIFY TTL toDateTime(observed_at) + INTERVAL 7 DAY;
+
+-- Retirement: a VM that is gone stops counting. Its own Terminate or Preempt started (unless its collector
+-- started again since), its collector's last word was a clean stop and it has been quiet since, or it has been
+-- silent beyond the horizon (the ClickHouse setting custom_sevents_retire_after_s, default three days).
+DROP VIEW IF EXISTS ${db}.vm_status ${on_cluster};
+CREATE VIEW ${db}.vm_status ${on_cluster} AS
+SELECT
+    vm_id, vm_name, location, subscription_id, resource_group, zone, scale_set, fault_domain, update_domain,
+    collector_version, api_version, observed_at AS last_heartbeat_at, started_at AS collector_started_at,
+    last_poll_ok, last_poll_error, outbox_depth, final,
+    dateDiff('millisecond', observed_at, now64(3)) / 1000 AS silent_for_s,
+    multiIf(r.retired_at >= started_at, concat(r.reason, ' started'),
+            final AND silent_for_s > getSettingOrDefault('custom_sevents_silent_after_s', 300), 'clean stop',
+            silent_for_s > getSettingOrDefault('custom_sevents_retire_after_s', 259200), 'silent beyond horizon',
+            '') AS retired_reason,
+    multiIf(retired_reason != '', 'retired',
+            silent_for_s > getSettingOrDefault('custom_sevents_silent_after_s', 300), 'silent',
+            'reporting') AS state
+FROM ${db}.heartbeats_latest AS h FINAL
+LEFT JOIN
+(
+    SELECT vm_id, max(retired_at) AS retired_at, anyLast(reason) AS reason FROM ${db}.vm_retirements GROUP BY vm_id
+) AS r USING (vm_id);
+
+DROP VIEW IF EXISTS ${db}.retired_vms ${on_cluster};
+CREATE VIEW ${db}.retired_vms ${on_cluster} AS
+SELECT vm_id FROM ${db}.vm_status WHERE state = 'retired'
+UNION ALL
+SELECT vm_id FROM ${db}.vm_retirements WHERE vm_id NOT IN (SELECT vm_id FROM ${db}.heartbeats_latest);
+
+DROP VIEW IF EXISTS ${db}.event_vms ${on_cluster};
+CREATE VIEW ${db}.event_vms ${on_cluster} AS
+SELECT
+    event_id, vm_id, vm_name, subscription_id, resource_group, location, zone, scale_set, fault_domain,
+    update_domain, affects_this_vm, event_type, event_source, resource_type, description, duration_s, resources,
+    first_seen_at, last_seen_at, not_before_first, not_before_last, started_at,
+    if(last_kind = 'disappeared', last_seen_at, NULL) AS ended_at,
+    multiIf(last_kind != 'disappeared'
+                AND NOT (affects_this_vm AND started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
+                AND last_seen_at >= now64(3) - INTERVAL 30 DAY
+                AND vm_id NOT IN (SELECT vm_id FROM ${db}.retired_vms), 'active',
+            started_at IS NULL, 'cancelled', 'completed') AS outcome,
+    if(started_at IS NOT NULL AND not_before_last IS NOT NULL AND started_at < not_before_last,
+       started_at, NULL) AS approved_at,
+    transitions,
+    anomalies
+FROM
+(
+    SELECT
+        event_id,
+        vm_id,
+        max(vm_name).2 AS vm_name,
+        max(subscription_id).2 AS subscription_id,
+        max(resource_group).2 AS resource_group,
+        max(location).2 AS location,
+        max(zone).2 AS zone,
+        max(scale_set).2 AS scale_set,
+        max(fault_domain).2 AS fault_domain,
+        max(update_domain).2 AS update_domain,
+        max(affects_this_vm) AS affects_this_vm,
+        max(event_type).2 AS event_type,
+        max(event_source).2 AS event_source,
+        max(resource_type).2 AS resource_type,
+        max(description).2 AS description,
+        min(duration_s).2 AS duration_s,
+        arraySort(groupUniqArrayArray(resources)) AS resources,
+        min(first_seen_at) AS first_seen_at,
+        max(last_seen_at) AS last_seen_at,
+        min(not_before_first).2 AS not_before_first,
+        max(not_before_last).2 AS not_before_last,
+        min(started_at) AS started_at,
+        max(last_kind).3 AS last_kind,
+        length(groupUniqArrayArray(transition_ids)) AS transitions,
+        length(groupUniqArrayArray(anomaly_ids)) AS anomalies
+    FROM ${db}.event_vm_rollup
+    GROUP BY event_id, vm_id
+);
+
+DROP VIEW IF EXISTS ${db}.events ${on_cluster};
+CREATE VIEW ${db}.events ${on_cluster} AS
+SELECT
+    event_id,
+    event_type_ AS event_type,
+    event_source_ AS event_source,
+    resource_type_ AS resource_type,
+    description_ AS description,
+    duration_s_ AS duration_s,
+    first_seen_at_ AS first_seen_at,
+    not_before_first_ AS not_before_first,
+    not_before_last_ AS not_before_last,
+    approved_at_ AS approved_at,
+    started_at_ AS started_at,
+    ended_at_ AS ended_at,
+    outcome_ AS outcome,
+    affected_vms,
+    length(affected_vms) AS affected_vm_count,
+    observing_vms,
+    fault_domains,
+    update_domains,
+    subscription_ids,
+    resource_groups,
+    if(started_at_ IS NULL, NULL, dateDiff('millisecond', first_seen_at_, started_at_) / 1000) AS notice_s,
+    if(approved_at_ IS NULL, NULL, dateDiff('millisecond', first_seen_at_, approved_at_) / 1000)
+        AS approval_latency_s,
+    if(ended_at_ IS NULL OR started_at_ IS NULL, NULL, dateDiff('millisecond', started_at_, ended_at_) / 1000)
+        AS impact_s,
+    transitions_ AS transitions,
+    anomalies_ AS anomalies
+FROM
+(
+    SELECT
+        event_id,
+        argMax(event_type, last_seen_at) AS event_type_,
+        argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
+        argMax(resource_type, last_seen_at) AS resource_type_,
+        argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
+        argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
+        min(first_seen_at) AS first_seen_at_,
+        argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
+        argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
+        min(approved_at) AS approved_at_,
+        min(started_at) AS started_at_,
+        multiIf(countIf(outcome = 'active') > 0, 'active',
+                countIf(outcome = 'completed') > 0, 'completed', 'cancelled') AS outcome_,
+        if(outcome_ = 'active', NULL, max(ended_at)) AS ended_at_,
+        arraySort(groupUniqArrayArray(resources)) AS affected_vms,
+        uniqExact(vm_id) AS observing_vms,
+        arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
+        arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
+        arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
+        arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
+        sum(transitions) AS transitions_,
+        sum(anomalies) AS anomalies_
+    FROM ${db}.event_vms
+    GROUP BY event_id
+);
+
+-- The active set: events that some VM, not retired, still shows, found through the last 30 days of
+-- event_rollup only (IMDS announces at most about 7 days ahead, so a pair unchanged for 30 days is stale).
+-- First the events with an open (event, VM) entry in any part (few: the active ones and the ones whose parts
+-- have not merged yet), then their exact per-VM state. Alerts and "active now" panels start here.
+DROP VIEW IF EXISTS ${db}.active_events ${on_cluster};
+CREATE VIEW ${db}.active_events ${on_cluster} AS
+SELECT DISTINCT event_id
+FROM
+(
+    SELECT event_id, maxMap(vm_last) AS last
+    FROM ${db}.event_rollup
+    WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY
+      AND event_id IN
+      (
+          SELECT event_id FROM ${db}.event_rollup ARRAY JOIN vm_last.2 AS state
+          WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY AND state % 2 = 0
+      )
+    GROUP BY event_id
+)
+ARRAY JOIN last.1 AS vm_key, last.2 AS state
+WHERE state % 2 = 0
+  AND intDiv(state, 2) >= toUInt64(toUnixTimestamp64Milli(now64(3) - INTERVAL 30 DAY))
+  AND vm_key NOT IN (SELECT cityHash64(vm_id) FROM ${db}.retired_vms);
