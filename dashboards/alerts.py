@@ -1,9 +1,13 @@
 """Grafana alert rules (file provisioning format): maintenance that pages, and pipeline health that tickets.
 
 Each rule's query returns a table; Grafana turns every row into one alert instance, its string columns
-into labels and its one numeric column into the value the threshold compares. So "one alert per EventId"
-is one row per EventId, labelled with its type, fault domains, VMs and NotBefore. Alert queries run in
-the backend only: no template variables and no ``$__conditionalAll`` (a frontend macro) here.
+into labels and its one numeric column into the value the threshold compares. An instance is notified anew
+whenever its label set is new, so the maintenance rules label an event with what identifies it only (EventId
+and type): a status change, a NotBefore update or one more VM reporting never pages again. What changes
+(status, NotBefore, how many VMs and fault domains) reaches the notification through ``$values``: one more
+query per figure, each reduced, matched to the instance by the same labels. Alert queries read the active
+set only (``active_events``), never the history, and run in the backend: no template variables and no
+``$__conditionalAll`` (a frontend macro) here.
 """
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
@@ -19,12 +23,22 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 FOLDER: Final = "sevents"
-NOT_BEFORE = "ifNull(formatDateTime(not_before_last, '%Y-%m-%dT%H:%i:%SZ', 'UTC'), '')"
+DRILL_DOWN = "/d/sevents-timeline/maintenance-timeline?var-event_id={{ $labels.event_id }}"
+# Figures of an active event that its notification shows (refId -> value), beside the condition's "active".
+EVENT_FIGURES: Final = (
+    ("status", "if(started_at IS NULL, 1, 2)"),  # 1 Scheduled, 2 Started
+    ("not_before", "toFloat64(ifNull(toUnixTimestamp(not_before_last), 0))"),  # 0 when IMDS shows none
+    ("vms", "toFloat64(affected_vm_count)"),
+    ("fault_domains", "toFloat64(length(fault_domains))"),
+)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One rule: a table query with exactly one numeric column, fired when that value is above ``above``."""
+    """One rule: a table query with exactly one numeric column, fired when that value is above ``above``.
+
+    ``figures`` are more queries of the same labels whose reduced values the notification may show.
+    """
 
     uid: str
     title: str
@@ -35,45 +49,59 @@ class Rule:
     window_s: int = 600
     pending: str = "0s"
     group: str = "maintenance"
+    figures: tuple[tuple[str, str], ...] = ()
+    description: str = ""
 
 
-def _events(types: str) -> str:
+def _active_events(types: str, value: str) -> str:
     return (
-        f"SELECT event_id, event_type, ifNull(event_source, '') AS event_source, "
-        f"{f.fmt_list('fault_domains')} AS fault_domains, {f.fmt_list('affected_vms')} AS vms, "
-        f"{NOT_BEFORE} AS not_before, "
-        "multiIf(started_at IS NOT NULL, 'Started', 'Scheduled') AS status, toUInt8(1) AS active "
-        f"FROM {DB}.events WHERE outcome = 'active' AND event_type IN {types} ORDER BY event_id"
+        f"SELECT event_id, event_type, {value} AS value FROM {DB}.events "
+        f"WHERE {f.active()} AND event_type IN {types} ORDER BY event_id"
+    )
+
+
+def _event_rule(uid: str, title: str, types: str, summary: str) -> Rule:
+    return Rule(
+        uid,
+        title,
+        _active_events(types, "toUInt8(1)"),
+        summary,
+        "page",
+        figures=tuple((ref, _active_events(types, value)) for ref, value in EVENT_FIGURES),
+        description="Status {{ if eq $values.status.Value 2.0 }}Started{{ else }}Scheduled{{ end }}; "
+        "{{ $values.vms.Value }} VMs in {{ $values.fault_domains.Value }} fault domains. "
+        f"Who and where: {DRILL_DOWN}",
     )
 
 
 RULES: Final = (
-    Rule(
+    _event_rule(
         "sevents-reboot-redeploy",
         "Reboot or Redeploy scheduled",
-        _events("('Reboot', 'Redeploy')"),
-        "{{ $labels.event_type }} {{ $labels.event_id }} not before {{ $labels.not_before }} "
-        "on {{ $labels.vms }} (fault domains {{ $labels.fault_domains }})",
-        "page",
+        "('Reboot', 'Redeploy')",
+        "{{ $labels.event_type }} {{ $labels.event_id }} not before "
+        "{{ if eq $values.not_before.Value 0.0 }}(none announced){{ else }}"
+        "{{ humanizeTimestamp $values.not_before.Value }}{{ end }}",
     ),
-    Rule(
+    _event_rule(
         "sevents-preempt-terminate",
         "Preempt or Terminate scheduled",
-        _events("('Preempt', 'Terminate')"),
-        "{{ $labels.event_type }} {{ $labels.event_id }} not before {{ $labels.not_before }}: "
-        "{{ $labels.vms }} will be removed",
-        "page",
+        "('Preempt', 'Terminate')",
+        "{{ $labels.event_type }} {{ $labels.event_id }}: {{ $values.vms.Value }} VMs will be removed, not before "
+        "{{ if eq $values.not_before.Value 0.0 }}(none announced){{ else }}"
+        "{{ humanizeTimestamp $values.not_before.Value }}{{ end }}",
     ),
     Rule(
         "sevents-collector-silent",
         "Collector silent for five minutes",
         "SELECT vm_name, vm_id, location, ifNull(toString(fault_domain), '') AS fault_domain, "
-        "toFloat64(dateDiff('second', observed_at, now())) AS silent_s "
-        f"FROM {DB}.heartbeats_latest FINAL ORDER BY vm_name",
+        f"toFloat64(silent_for_s) AS silent_s FROM {DB}.vm_status WHERE state = 'silent' ORDER BY vm_name",
         "No heartbeat from {{ $labels.vm_name }} for {{ $values.B.Value }} s",
         "ticket",
         above=f.SILENT_AFTER_S,
         group="pipeline",
+        description="Retired VMs (Terminate or Preempt started, a clean stop, or silent beyond the horizon "
+        "custom_sevents_retire_after_s) are not paged.",
     ),
     Rule(
         "sevents-dead-letters",
@@ -87,35 +115,48 @@ RULES: Final = (
 )
 
 
-def _rule_json(rule: Rule) -> dict[str, Any]:
-    query = {
-        **g.target(rule.sql, g.FORMAT_TABLE),
-        "datasource": {"type": g.PLUGIN_ID, "uid": g.DATASOURCE_UID},
-        "intervalMs": 1000,
-        "maxDataPoints": 43200,
+def _query(ref_id: str, sql: str, window_s: int) -> dict[str, Any]:
+    return {
+        "refId": ref_id,
+        "relativeTimeRange": {"from": window_s, "to": 0},
+        "datasourceUid": g.DATASOURCE_UID,
+        "model": {
+            **g.target(sql, g.FORMAT_TABLE, ref_id),
+            "datasource": {"type": g.PLUGIN_ID, "uid": g.DATASOURCE_UID},
+            "intervalMs": 1000,
+            "maxDataPoints": 43200,
+        },
     }
+
+
+def _reduce(ref_id: str, expression: str) -> dict[str, Any]:
+    return {
+        "refId": ref_id,
+        "datasourceUid": "__expr__",
+        "model": {
+            "refId": ref_id,
+            "type": "reduce",
+            "expression": expression,
+            "reducer": "last",
+            "settings": {"mode": "dropNN"},
+        },
+    }
+
+
+def _rule_json(rule: Rule) -> dict[str, Any]:
+    figures = []
+    for ref, sql in rule.figures:
+        figures += [_query(f"{ref}_query", sql, rule.window_s), _reduce(ref, f"{ref}_query")]
+    annotations = {"summary": rule.summary}
+    if rule.description:
+        annotations["description"] = rule.description
     return {
         "uid": rule.uid,
         "title": rule.title,
         "condition": "C",
         "data": [
-            {
-                "refId": "A",
-                "relativeTimeRange": {"from": rule.window_s, "to": 0},
-                "datasourceUid": g.DATASOURCE_UID,
-                "model": query,
-            },
-            {
-                "refId": "B",
-                "datasourceUid": "__expr__",
-                "model": {
-                    "refId": "B",
-                    "type": "reduce",
-                    "expression": "A",
-                    "reducer": "last",
-                    "settings": {"mode": "dropNN"},
-                },
-            },
+            _query("A", rule.sql, rule.window_s),
+            _reduce("B", "A"),
             {
                 "refId": "C",
                 "datasourceUid": "__expr__",
@@ -126,11 +167,12 @@ def _rule_json(rule: Rule) -> dict[str, Any]:
                     "conditions": [{"evaluator": {"type": "gt", "params": [rule.above]}}],
                 },
             },
+            *figures,
         ],
         "noDataState": "OK",
         "execErrState": "Error",
         "for": rule.pending,
-        "annotations": {"summary": rule.summary},
+        "annotations": annotations,
         "labels": {"severity": rule.severity, "team": "sre", "source": "sevents"},
         "isPaused": False,
     }

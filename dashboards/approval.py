@@ -22,7 +22,7 @@ TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 
 
 def panels() -> list[g.Panel | g.Row]:
-    where = f"{f.event_in_range()} AND {f.event_filter()}"
+    where = f"{f.overlapping_range()} AND {f.event_filter()}"
     return [
         g.Panel(
             "Approval latency by type and source",
@@ -72,8 +72,8 @@ def panels() -> list[g.Panel | g.Row]:
             "timeseries",
             "SELECT $__timeInterval(assumeNotNull(approved_at)) AS time, event_type, "
             "avg(approval_latency_s) AS latency_s "
-            f"FROM {DB}.events WHERE approved_at IS NOT NULL AND $__timeFilter(approved_at) "
-            f"AND {f.event_filter()} GROUP BY time, event_type ORDER BY time",
+            f"FROM {DB}.events WHERE {where} AND approved_at IS NOT NULL AND $__timeFilter(approved_at) "
+            "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=24,
             unit="s",

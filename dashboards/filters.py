@@ -18,6 +18,9 @@ from dashboards import grafana
 DB: Final = "sevents"
 EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 SILENT_AFTER_S: Final = 300  # a collector without a heartbeat for five minutes counts as silent
+# An (event, VM) pair unchanged this long is stale, and events are found through this many days of rollup
+# parts before a range (IMDS announces at most about 7 days ahead); the same figure as in migration 0006.
+LOOKBACK_DAYS: Final = 30
 
 # (variable name, label, column in tables that carry the observing VM's identity)
 VM_VARIABLES: Final = (
@@ -42,17 +45,54 @@ def event_type_filter() -> str:
     return _any("event_type", "event_type")
 
 
-def _affected(key: str, column: str, variable: str) -> str:
+def _affected(column: str, variable: str, since: str) -> str:
+    # time-ordered transitions from `since` on: the cost follows the range, not the history
     return (
-        f"$__conditionalAll({key} IN (SELECT {key} FROM {DB}.transitions "
-        f"WHERE affects_this_vm AND {column} IN (${variable})), ${variable})"
+        f"$__conditionalAll(event_id IN (SELECT event_id FROM {DB}.transitions_by_time "
+        f"WHERE observed_at >= {since} AND affects_this_vm AND {column} IN (${variable})), ${variable})"
     )
 
 
-def event_filter() -> str:
-    """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes."""
-    vm_parts = [_affected("event_id", column, name) for name, _, column in VM_VARIABLES]
+def event_filter(since: str = "$__fromTime") -> str:
+    """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes.
+
+    ``since`` bounds the search for affected VMs; it must reach back to the first observation of every event
+    the panel can show (the range's start minus the lookback for ranges, or the lookback for active events).
+    """
+    bound = f"{since} - INTERVAL {LOOKBACK_DAYS} DAY"
+    vm_parts = [_affected(column, name, bound) for name, _, column in VM_VARIABLES]
     return " AND ".join([event_type_filter(), *vm_parts])
+
+
+def active_event_filter() -> str:
+    """``event_filter`` for panels of what is active now (no time range)."""
+    return event_filter("now64(3)")
+
+
+def active() -> str:
+    """Only the active set: read from the recent parts of the event rollup, never the history."""
+    return f"event_id IN (SELECT event_id FROM {DB}.active_events) AND outcome = 'active'"
+
+
+def first_seen_in_range() -> str:
+    """Events first seen in the dashboard's range: rollup parts of the range only, then the exact test."""
+    return (
+        f"event_id IN (SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime "
+        "AND first_seen_at <= $__toTime) AND $__timeFilter(first_seen_at)"
+    )
+
+
+def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
+    """Events that overlap the range: those with activity in it, and those active now, then the exact test.
+
+    An event that spans a past range without any activity in it and lasted longer than the lookback is not
+    found (IMDS does not keep an event that long).
+    """
+    return (
+        f"event_id IN (SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime "
+        f"AND first_seen_at <= $__toTime + INTERVAL {LOOKBACK_DAYS} DAY "
+        f"UNION ALL SELECT event_id FROM {DB}.active_events) AND {event_in_range(first, last)}"
+    )
 
 
 def event_vm_filter() -> str:

@@ -37,7 +37,7 @@ def _stat(title: str, sql: str, description: str, width: int = 6, unit: str = "n
 
 
 def panels() -> list[g.Panel | g.Row]:
-    active = f"outcome = 'active' AND {f.event_filter()}"
+    active = f"{f.active()} AND {f.active_event_filter()}"
     return [
         _stat(
             "Events active now",
@@ -46,10 +46,10 @@ def panels() -> list[g.Panel | g.Row]:
         ),
         _stat(
             "Collectors",
-            f"SELECT countIf(observed_at >= now() - INTERVAL {f.SILENT_AFTER_S} SECOND) AS reporting, "
-            f"countIf(observed_at < now() - INTERVAL {f.SILENT_AFTER_S} SECOND) AS silent "
-            f"FROM {DB}.heartbeats_latest FINAL WHERE {f.vm_filter()}",
-            "Reporting: a heartbeat in the last five minutes. Silent: none since.",
+            "SELECT countIf(state = 'reporting') AS reporting, countIf(state = 'silent') AS silent, "
+            f"countIf(state = 'retired') AS retired FROM {DB}.vm_status WHERE {f.vm_filter()}",
+            "Reporting: a heartbeat in the last five minutes. Silent: none since. Retired: the VM is gone (its "
+            "Terminate or Preempt started, its collector stopped cleanly, or it has been silent beyond the horizon).",
             width=9,
         ),
         _stat(
@@ -86,22 +86,22 @@ def panels() -> list[g.Panel | g.Row]:
             "Events first seen, by type",
             "timeseries",
             f"SELECT $__timeInterval(first_seen_at) AS time, event_type, count() AS events "
-            f"FROM {DB}.events WHERE $__timeFilter(first_seen_at) AND {f.event_filter()} "
+            f"FROM {DB}.events WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
             "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=16,
             field_config={"defaults": {"custom": {"drawStyle": "bars", "stacking": {"mode": "normal"}}}},
         ),
         g.Panel(
-            "Silent collectors",
+            "Silent and retired collectors",
             "table",
-            "SELECT vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
-            "observed_at AS last_heartbeat, dateDiff('second', observed_at, now()) AS silent_s, "
-            f"collector_version FROM {DB}.heartbeats_latest FINAL "
-            f"WHERE observed_at < now() - INTERVAL {f.SILENT_AFTER_S} SECOND AND {f.vm_filter()} "
-            "ORDER BY silent_s DESC, vm_name",
+            "SELECT state, vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
+            "last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS silent_s, retired_reason, "
+            f"collector_version FROM {DB}.vm_status WHERE state != 'reporting' AND {f.vm_filter()} "
+            "ORDER BY state DESC, silent_s DESC, vm_name",
             width=24,
-            description="No heartbeat for five minutes: the VM is down, the collector stopped, or shipping is stuck.",
+            description="Silent: no heartbeat for five minutes (the VM is down, the collector stopped, or shipping "
+            "is stuck). Retired: gone for good, shown apart and never paged as silent.",
         ),
     ]
 

@@ -18,7 +18,7 @@ VM_IMPACT = "dateDiff('millisecond', started_at, ended_at) / 1000"
 def panels() -> list[g.Panel | g.Row]:
     done_on_vm = (
         f"affects_this_vm AND started_at IS NOT NULL AND ended_at IS NOT NULL AND "
-        f"{f.event_in_range('started_at')} AND {f.event_vm_filter()}"
+        f"{f.overlapping_range('started_at')} AND {f.event_vm_filter()}"
     )
     return [
         g.Panel(
@@ -53,7 +53,7 @@ def panels() -> list[g.Panel | g.Row]:
             "duration_s AS announced_s, impact_s AS observed_s, "
             "if(duration_s IS NULL OR duration_s < 0 OR impact_s IS NULL, NULL, impact_s - duration_s) "
             f"AS overrun_s, affected_vm_count AS affected, {f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {DB}.events WHERE started_at IS NOT NULL AND {f.event_in_range('started_at')} "
+            f"FROM {DB}.events WHERE started_at IS NOT NULL AND {f.overlapping_range('started_at')} "
             f"AND {f.event_filter()} ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,

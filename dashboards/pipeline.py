@@ -12,6 +12,12 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 LAG = "dateDiff('millisecond', observed_at, ingested_at) / 1000"
+# Heartbeats by the hour (the rollup); a panel never draws finer than that.
+HOURLY = "toStartOfInterval(hour, toIntervalSecond(greatest($__interval_s, 3600)))"
+IN_HOURS = "hour >= toStartOfHour($__fromTime) AND hour <= $__toTime"
+HEARTBEATS_PER_HOUR = 60
+# Records stored this long after they were observed still show in "Insert timing" (an outbox drained late).
+LATE_DAYS = 7
 
 
 def panels() -> list[g.Panel | g.Row]:
@@ -21,20 +27,33 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Outbox depth",
             "timeseries",
-            "SELECT $__timeInterval(observed_at) AS time, max(outbox_depth) AS max_depth, "
-            f"round(avg(outbox_depth), 1) AS mean_depth FROM {DB}.heartbeats FINAL "
-            f"WHERE $__timeFilter(observed_at) AND {vms} GROUP BY time ORDER BY time",
+            f"SELECT {HOURLY} AS time, max(depth) AS max_depth, round(avg(depth), 1) AS mean_vm_max_depth "
+            f"FROM (SELECT hour, vm_id, max(max_outbox_depth) AS depth FROM {DB}.heartbeat_hours "
+            f"WHERE {IN_HOURS} AND {vms} GROUP BY hour, vm_id) GROUP BY time ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
-            description="Records waiting in collector outboxes, from heartbeats: growing means shipping is stuck.",
+            description="Records waiting in collector outboxes, from heartbeats (hourly): growing means shipping "
+            "is stuck. Mean: of each VM's deepest outbox in the hour.",
+        ),
+        g.Panel(
+            "Heartbeat coverage",
+            "timeseries",
+            f"SELECT {HOURLY} AS time, uniqExact(vm_id) AS vms_reporting, "
+            f"round(100 * sum(received) / (count() * {HEARTBEATS_PER_HOUR}), 1) AS coverage_pct FROM "
+            f"(SELECT hour, vm_id, uniqExactMerge(heartbeats) AS received FROM {DB}.heartbeat_hours "
+            f"WHERE {IN_HOURS} AND {vms} GROUP BY hour, vm_id) GROUP BY time ORDER BY time",
+            format=g.FORMAT_TIME_SERIES,
+            width=12,
+            description="VMs that sent at least one heartbeat per hour, and the share of the expected heartbeats "
+            "(one a minute) that those VMs sent.",
         ),
         g.Panel(
             "Heartbeat age",
             "table",
             "SELECT vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
-            "observed_at AS last_heartbeat, dateDiff('second', observed_at, now()) AS age_s, "
+            "state, last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS age_s, "
             "last_poll_ok, last_poll_error, outbox_depth, collector_version, api_version "
-            f"FROM {DB}.heartbeats_latest FINAL WHERE {vms} ORDER BY age_s DESC, vm_name",
+            f"FROM {DB}.vm_status WHERE {vms} ORDER BY state = 'retired', age_s DESC, vm_name",
             width=12,
             field_config={
                 "overrides": [
@@ -75,22 +94,19 @@ def panels() -> list[g.Panel | g.Row]:
             "Ingest lag (observed on the VM to stored in ClickHouse)",
             "timeseries",
             f"SELECT $__timeInterval(observed_at) AS time, quantile(0.5)({LAG}) AS p50_s, "
-            f"quantile(0.99)({LAG}) AS p99_s, max({LAG}) AS max_s FROM "
-            f"(SELECT observed_at, ingested_at FROM {DB}.transitions WHERE $__timeFilter(observed_at) AND {vms} "
-            f"UNION ALL SELECT observed_at, ingested_at FROM {DB}.heartbeats "
-            f"WHERE $__timeFilter(observed_at) AND {vms}) GROUP BY time ORDER BY time",
+            f"quantile(0.99)({LAG}) AS p99_s, max({LAG}) AS max_s FROM {DB}.transitions_by_time "
+            f"WHERE $__timeFilter(observed_at) AND {vms} GROUP BY time ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             unit="s",
         ),
         g.Panel(
-            "Insert timing (rows stored per second of ingest time)",
+            "Insert timing (transitions stored per interval of ingest time)",
             "timeseries",
             "SELECT $__timeInterval(ingested_at) AS time, count() AS rows, "
-            "dateDiff('millisecond', min(ingested_at), max(ingested_at)) / 1000 AS write_spread_s FROM "
-            f"(SELECT ingested_at FROM {DB}.transitions WHERE $__timeFilter(ingested_at) "
-            f"UNION ALL SELECT ingested_at FROM {DB}.heartbeats WHERE $__timeFilter(ingested_at)) "
-            "GROUP BY time ORDER BY time",
+            "dateDiff('millisecond', min(ingested_at), max(ingested_at)) / 1000 AS write_spread_s "
+            f"FROM {DB}.transitions_by_time WHERE observed_at >= $__fromTime - INTERVAL {LATE_DAYS} DAY "
+            "AND $__timeFilter(ingested_at) GROUP BY time ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             description="Rows stored per interval and how spread their write times were. The ingest's "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import quote
 
 ALL = "$__all"
 
@@ -114,6 +115,9 @@ def _named_format(value: str | list[str], fmt: str) -> str:
         return ",".join("'" + v.replace("'", "''").replace('"', '\\"') + "'" for v in values)
     if fmt == "doublequote":
         return ",".join('"' + v.replace('"', '\\"') + '"' for v in values)
+    if fmt == "percentencode":
+        # encodeURIComponent plus !'()*: what is left is [A-Za-z0-9-_.~] and %XX, never a quote or a backslash
+        return ",".join(quote(v, safe="-_.~") for v in values)
     if fmt == "csv":
         return ",".join(values)
     if fmt == "raw":

@@ -24,9 +24,9 @@ STATE_MAPPINGS = [
         },
     }
 ]
-# sqlstring quotes the free-text EventId and doubles its quotes. ClickHouse also reads backslash escapes, so a
-# crafted value could still change the query: the data source's user is read-only for that reason.
-ONE_EVENT = "event_id = ${event_id:sqlstring}"
+# The free-text EventId reaches SQL percent-encoded (only [A-Za-z0-9-_.~] and %XX remain, so no quote or
+# backslash can end the literal) and ClickHouse decodes it: no crafted value changes the query.
+ONE_EVENT = "event_id = decodeURLComponent('${event_id:percentencode}')"
 LANE = "concat('FD ', ifNull(toString(fault_domain), '?'), ' / ', vm_name, ' / ', substring(event_id, 1, 8))"
 STATE = (
     f"multiIf(kind = 'disappeared', {GONE}, status = 'Started', {STARTED}, status = 'Scheduled', {SCHEDULED}, {GONE})"
@@ -35,17 +35,18 @@ STATE = (
 
 def panels() -> list[g.Panel | g.Row]:
     drill = f"$__conditionalAll({ONE_EVENT}, ${{event_id}})"
-    lanes = f"event_id != '' AND kind != 'anomaly' AND affects_this_vm AND {f.vm_filter()} AND {drill}"
+    lanes = f"event_id != '' AND affects_this_vm AND {f.vm_filter()} AND {drill}"
+    # the state at the range's start, from the lifecycles of the events that overlap the range
+    at_start = f"if(started_at < $__fromTime, {STARTED}, {SCHEDULED})"
     return [
         g.Panel(
             "VM state by fault domain",
             "state-timeline",
             f"SELECT time, vm, state FROM (SELECT observed_at AS time, {LANE} AS vm, {STATE} AS state "
-            f"FROM {DB}.transitions FINAL WHERE $__timeFilter(observed_at) AND {lanes} "
-            f"UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, argMax({LANE}, observed_at) AS vm, "
-            f"argMax({STATE}, observed_at) AS state FROM {DB}.transitions FINAL "
-            f"WHERE observed_at < $__fromTime AND {lanes} GROUP BY vm_id, event_id HAVING state != {GONE}) "
-            "ORDER BY time, vm",
+            f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
+            f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE} AS vm, "
+            f"{at_start} AS state FROM {DB}.event_vms WHERE {f.overlapping_range()} "
+            f"AND first_seen_at < $__fromTime AND {lanes}) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,
             width=24,
             height=12,
@@ -60,7 +61,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, outcome, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {DB}.events WHERE {f.event_in_range()} AND {f.event_filter()} "
+            f"FROM {DB}.events WHERE {f.overlapping_range()} AND {f.event_filter()} "
             "ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,

@@ -3,6 +3,9 @@
 Tables are named without a database: run them on a client whose database is the sevents database
 (``run`` does that). Values are always bound server-side (``{name:Type}``), never spliced into the text.
 The dashboards' tests import these to check that their panels and this module agree.
+
+Each query reads only what it shows: one event or one VM through a primary key, a window through the parts
+of the event rollup and the time-ordered transitions that cover it (migration 0006), never the whole history.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ VM_HISTORY = Query(
 SELECT observed_at, vm_name, fault_domain, update_domain, event_id, event_type, kind, prev_status, status,
        not_before, incarnation, affects_this_vm, anomaly, description
 FROM transitions FINAL
-WHERE (vm_id = {vm:String} OR vm_name = {vm:String})
+WHERE vm_id IN (SELECT vm_id FROM transitions_by_time
+                WHERE (vm_id = {vm:String} OR vm_name = {vm:String})
+                  AND observed_at >= {since:DateTime64(3, 'UTC')} AND observed_at < {until:DateTime64(3, 'UTC')})
   AND observed_at >= {since:DateTime64(3, 'UTC')} AND observed_at < {until:DateTime64(3, 'UTC')}
 ORDER BY observed_at, incarnation, kind
 """,
@@ -106,8 +111,10 @@ DISRUPTIVE_EVENTS = Query(
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
        approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains
 FROM events
-WHERE has({types:Array(String)}, event_type)
+WHERE event_id IN (SELECT event_id FROM event_rollup
+                   WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
   AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
+  AND has({types:Array(String)}, event_type)
 ORDER BY first_seen_at, event_id
 """,
     {"types": "Array(String)", "since": "DateTime64", "until": "DateTime64"},
@@ -115,14 +122,14 @@ ORDER BY first_seen_at, event_id
 
 SILENT_VMS = Query(
     "silent_vms",
-    "VMs whose collector went quiet, or whose last poll failed",
+    "VMs whose collector went quiet, or whose last poll failed (retired VMs last, marked)",
     """
-SELECT vm_name, vm_id, fault_domain, update_domain, observed_at AS last_heartbeat,
-       dateDiff('millisecond', observed_at, {now:DateTime64(3, 'UTC')}) / 1000 AS silent_for_s,
-       last_poll_ok, last_poll_error, outbox_depth
-FROM heartbeats_latest FINAL
-WHERE observed_at < {now:DateTime64(3, 'UTC')} - toIntervalSecond({threshold_s:UInt32}) OR NOT last_poll_ok
-ORDER BY observed_at, vm_name
+SELECT vm_name, vm_id, fault_domain, update_domain, last_heartbeat_at AS last_heartbeat,
+       dateDiff('millisecond', last_heartbeat_at, {now:DateTime64(3, 'UTC')}) / 1000 AS silent_for_s,
+       last_poll_ok, last_poll_error, outbox_depth, state = 'retired' AS retired, retired_reason
+FROM vm_status
+WHERE last_heartbeat_at < {now:DateTime64(3, 'UTC')} - toIntervalSecond({threshold_s:UInt32}) OR NOT last_poll_ok
+ORDER BY retired, last_heartbeat_at, vm_name
 """,
     {"now": "DateTime64", "threshold_s": "UInt32"},
 )
@@ -135,7 +142,9 @@ SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_fi
        approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s, affected_vm_count,
        affected_vms, fault_domains, update_domains, duration_s, description
 FROM events
-WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
+WHERE event_id IN (SELECT event_id FROM event_rollup
+                   WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+  AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ORDER BY first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},
@@ -156,9 +165,16 @@ SELECT v.fault_domain AS fault_domain,
        avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_impact_s,
        maxOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS max_impact_s
 FROM event_vms AS v
-INNER JOIN events AS e ON e.event_id = v.event_id
+INNER JOIN
+(
+    SELECT event_id, first_seen_at FROM events
+    WHERE event_id IN (SELECT event_id FROM event_rollup
+                       WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+      AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
+) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
-  AND e.first_seen_at >= {since:DateTime64(3, 'UTC')} AND e.first_seen_at < {until:DateTime64(3, 'UTC')}
+  AND v.event_id IN (SELECT event_id FROM event_rollup
+                     WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
 GROUP BY fault_domain
 ORDER BY fault_domain
 """,

@@ -225,8 +225,9 @@ FROM ${db}.heartbeats${local};
 -- Raw heartbeats are for the last days only; the hourly rollup and heartbeats_latest keep the rest.
 ALTER TABLE ${db}.heartbeats${local} ${on_cluster} MODIFY TTL toDateTime(observed_at) + INTERVAL 7 DAY;
 
--- Retirement: a VM that is gone stops counting. Its own Terminate or Preempt started (unless its collector
--- started again since), its collector's last word was a clean stop and it has been quiet since, or it has been
+-- Retirement: a VM that is gone stops counting, as a silent collector and as an observer of active events.
+-- Silent (no heartbeat for custom_sevents_silent_after_s, default five minutes) and then: its own Terminate or
+-- Preempt started since its collector started, or its collector's last word was a clean stop, or it has been
 -- silent beyond the horizon (the ClickHouse setting custom_sevents_retire_after_s, default three days).
 DROP VIEW IF EXISTS ${db}.vm_status ${on_cluster};
 CREATE VIEW ${db}.vm_status ${on_cluster} AS
@@ -235,13 +236,13 @@ SELECT
     collector_version, api_version, observed_at AS last_heartbeat_at, started_at AS collector_started_at,
     last_poll_ok, last_poll_error, outbox_depth, final,
     dateDiff('millisecond', observed_at, now64(3)) / 1000 AS silent_for_s,
-    multiIf(r.retired_at >= started_at, concat(r.reason, ' started'),
-            final AND silent_for_s > getSettingOrDefault('custom_sevents_silent_after_s', 300), 'clean stop',
+    silent_for_s > getSettingOrDefault('custom_sevents_silent_after_s', 300) AS silent,
+    multiIf(NOT silent, '',
+            r.retired_at >= started_at, concat(r.reason, ' started'),
+            final, 'clean stop',
             silent_for_s > getSettingOrDefault('custom_sevents_retire_after_s', 259200), 'silent beyond horizon',
             '') AS retired_reason,
-    multiIf(retired_reason != '', 'retired',
-            silent_for_s > getSettingOrDefault('custom_sevents_silent_after_s', 300), 'silent',
-            'reporting') AS state
+    multiIf(retired_reason != '', 'retired', silent, 'silent', 'reporting') AS state
 FROM ${db}.heartbeats_latest AS h FINAL
 LEFT JOIN
 (

@@ -125,10 +125,16 @@ def test_alert_rules_are_well_formed() -> None:
     rules = alert_rules()
     assert [r["uid"] for r in rules] == [r.uid for r in RULES]
     for rule in rules:
-        query, reduce, threshold = rule["data"]
-        assert query["datasourceUid"] == grafana.DATASOURCE_UID and query["model"]["format"] == grafana.FORMAT_TABLE
-        sql = query["model"]["rawSql"]
-        assert "$__conditionalAll" not in sql and not re.search(r"\$(?!__)\w", sql), "alerts run without variables"
+        query, reduce, threshold, *figures = rule["data"]
+        queries = [query, *figures[0::2]]
+        for item in queries:
+            assert item["datasourceUid"] == grafana.DATASOURCE_UID
+            assert item["model"]["format"] == grafana.FORMAT_TABLE
+            sql = item["model"]["rawSql"]
+            assert "$__conditionalAll" not in sql and not re.search(r"\$(?!__)\w", sql), "no variables in alerts"
+        for figure_query, figure in zip(figures[0::2], figures[1::2], strict=True):
+            assert figure["model"]["type"] == "reduce" and figure["model"]["expression"] == figure_query["refId"]
+            assert "$values." + figure["refId"] + "." in str(rule["annotations"]), "each figure is shown"
         assert reduce["model"]["expression"] == "A" and threshold["model"]["expression"] == "B"
         assert rule["condition"] == "C" and rule["labels"]["severity"] in ("page", "ticket")
         assert rule["noDataState"] == "OK"
