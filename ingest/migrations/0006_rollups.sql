@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS ${db}.event_vm_rollup${local} ${on_cluster}
     transition_ids    SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64)),
     anomaly_ids       SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64))
 )
-ENGINE = AggregatingMergeTree
+ENGINE = AggregatingMergeTree()
 ORDER BY (event_id, vm_id);
 
 -- @backfill
@@ -59,8 +59,9 @@ AS SELECT
     max((observed_at, toString(location))) AS location,
     max((observed_at, toString(zone))) AS zone,
     max((observed_at, toString(scale_set))) AS scale_set,
-    max((observed_at, fault_domain)) AS fault_domain,
-    max((observed_at, update_domain)) AS update_domain,
+    -- like argMax, the last value that is not NULL
+    maxIf((observed_at, fault_domain), fault_domain IS NOT NULL) AS fault_domain,
+    maxIf((observed_at, update_domain), update_domain IS NOT NULL) AS update_domain,
     max(affects_this_vm) AS affects_this_vm,
     maxIf((observed_at, toString(event_type)), event_type != '') AS event_type,
     maxIf((observed_at, CAST(event_source, 'Nullable(String)')), event_source IS NOT NULL) AS event_source,
@@ -94,7 +95,7 @@ CREATE TABLE IF NOT EXISTS ${db}.event_rollup${local} ${on_cluster}
     event_type        SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
     affected_vms      SimpleAggregateFunction(groupUniqArrayArray, Array(String))
 )
-ENGINE = AggregatingMergeTree
+ENGINE = AggregatingMergeTree()
 PARTITION BY toYYYYMM(last_seen_at)
 ORDER BY event_id;
 
@@ -131,7 +132,7 @@ CREATE TABLE IF NOT EXISTS ${db}.vm_retirements${local} ${on_cluster}
     retired_at        SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
     reason            SimpleAggregateFunction(anyLast, String)
 )
-ENGINE = AggregatingMergeTree
+ENGINE = AggregatingMergeTree()
 ORDER BY vm_id;
 
 -- @backfill
@@ -189,7 +190,7 @@ CREATE TABLE IF NOT EXISTS ${db}.heartbeat_hours${local} ${on_cluster}
     max_outbox_depth   SimpleAggregateFunction(max, UInt64),
     failed_poll        SimpleAggregateFunction(max, UInt8)
 )
-ENGINE = AggregatingMergeTree
+ENGINE = AggregatingMergeTree()
 PARTITION BY toYYYYMM(hour)
 ORDER BY (hour, vm_id)
 TTL hour + INTERVAL 400 DAY;

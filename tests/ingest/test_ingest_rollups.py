@@ -1,0 +1,153 @@
+"""The rollups of migration 0006 answer exactly what the reference views of migration 0004 answered.
+
+The reference is 0004's own text, installed beside the rollups under other names: `event_vms` and `events`
+as they were, aggregating all of ``transitions FINAL`` on every query. Random transition streams go in with
+duplicates, in any order and in random batch splits; the incrementally maintained views must agree row for row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest.migrate import Target, load_migrations, migrate, render
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+KINDS = ("appeared", "status_changed", "updated", "disappeared", "anomaly")
+COLUMNS = (
+    "transition_id", "record_id", "schema_version", "record_type", "seq", "observed_at", "api_version",
+    "collector_version", "vm_id", "vm_name", "location", "subscription_id", "resource_group", "resource_id", "zone",
+    "fault_domain", "update_domain", "scale_set", "event_id", "incarnation", "kind", "status", "prev_status",
+    "prev_observed_at", "event_type", "resource_type", "resources", "affects_this_vm", "not_before", "description",
+    "event_source", "duration_s", "changed_fields", "anomaly",
+)  # fmt: skip
+
+
+def install_reference(client: Any, database: str) -> None:
+    """Migration 0004's views as ``ref_event_vms`` and ``ref_events`` (pure text renaming, nothing rewritten)."""
+    reference = next(m for m in load_migrations() if m.version == 4)
+    for statement in render(reference, Target(database=database)):
+        renamed = statement.replace(f"{database}.event_vms", f"{database}.ref_event_vms")
+        client.command(renamed.replace(f"{database}.events", f"{database}.ref_events"))
+
+
+@pytest.fixture(scope="module")
+def rollup_db(ch: Any) -> str:
+    """One migrated database with the reference views beside the rollups (emptied by each example)."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    migrate(ch, Target(database=name))
+    install_reference(ch, name)
+    return name
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Transitions of a few events on a few VMs: any kinds and statuses, distinct times, values that change."""
+    rows = []
+    millis = draw(st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40, unique=True))
+    for index, offset in enumerate(millis):
+        event = draw(st.sampled_from(("E-a", "E-b", "E-c", "")))
+        vm = draw(st.integers(0, 3))
+        kind = draw(st.sampled_from(KINDS))
+        status = "" if kind == "disappeared" else draw(st.sampled_from(("Scheduled", "Started")))
+        observed = NOW - timedelta(days=2) + timedelta(milliseconds=offset)
+        not_before = draw(st.one_of(st.none(), st.integers(-600, 3600)))
+        rows.append(
+            {
+                "transition_id": f"t{index}",
+                "record_id": f"t{index}",
+                "schema_version": 1,
+                "record_type": "transition",
+                "seq": index,
+                "observed_at": observed,
+                "api_version": "2020-07-01",
+                "collector_version": "test",
+                "vm_id": f"vm-id-{vm}",
+                "vm_name": f"vm-{vm}-{draw(st.sampled_from(('x', 'y')))}",
+                "location": "westeurope",
+                "subscription_id": draw(st.sampled_from(("s1", "s2"))),
+                "resource_group": "rg",
+                "resource_id": "",
+                "zone": "",
+                "fault_domain": draw(st.one_of(st.none(), st.integers(0, 2))),
+                "update_domain": draw(st.one_of(st.none(), st.integers(0, 4))),
+                "scale_set": "",
+                "event_id": event,
+                "incarnation": index,
+                "kind": kind,
+                "status": status,
+                "prev_status": "",
+                "prev_observed_at": None,
+                "event_type": draw(st.sampled_from(("Freeze", "Reboot", "Redeploy", ""))),
+                "resource_type": "VirtualMachine",
+                "resources": draw(st.lists(st.sampled_from(("vm-0-x", "vm-1-x", "vm-2-y")), max_size=3)),
+                "affects_this_vm": draw(st.booleans()),
+                "not_before": None if not_before is None else observed + timedelta(seconds=not_before),
+                "description": draw(st.one_of(st.none(), st.sampled_from(("one", "two")))),
+                "event_source": draw(st.one_of(st.none(), st.sampled_from(("Platform", "User")))),
+                "duration_s": draw(st.one_of(st.none(), st.integers(-1, 30))),
+                "changed_fields": [],
+                "anomaly": "odd" if kind == "anomaly" else "",
+            }
+        )
+    return rows
+
+
+def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
+    return sorted(client.query(sql).result_rows, key=repr)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=streams(), data=st.data())
+def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list[dict[str, Any]], data: Any) -> None:
+    """Duplicates, any arrival order and any batch split give exactly the reference views' rows."""
+    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements"):
+        ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
+    delivered = stream + data.draw(st.lists(st.sampled_from(stream), max_size=10), label="duplicates")
+    delivered = data.draw(st.permutations(delivered), label="order")
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(delivered) - 1)), max_size=5), label="cuts"))
+    for start, end in zip([0, *cuts], [*cuts, len(delivered)], strict=True):
+        if start < end:
+            batch = delivered[start:end]
+            ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
+    for view in ("event_vms", "events"):
+        expected = _rows(ch, f"SELECT * FROM {rollup_db}.ref_{view}")
+        assert _rows(ch, f"SELECT * FROM {rollup_db}.{view}") == expected
+    active = {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.ref_events WHERE outcome = 'active'")}
+    assert {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events")} == active
+
+
+def test_backfill_covers_rows_stored_before_the_migration(ch: Any) -> None:
+    """Rows stored before migration 0006 are in its rollups; running its statements again changes nothing."""
+    database = "t_" + uuid.uuid4().hex[:12]
+    early = [m for m in load_migrations() if m.version < 6]
+    migrate(ch, Target(database=database), early)
+    ch.command(
+        f"INSERT INTO {database}.transitions (transition_id, observed_at, vm_id, vm_name, event_id, kind, status, "
+        "event_type, resources, affects_this_vm) VALUES "
+        "('a', now64(3) - 60, 'v1', 'vm-1', 'E-1', 'appeared', 'Scheduled', 'Reboot', ['vm-1'], true), "
+        "('b', now64(3) - 30, 'v1', 'vm-1', 'E-1', 'status_changed', 'Started', 'Reboot', ['vm-1'], true)"
+    )
+    migrate(ch, Target(database=database))
+    query = f"SELECT event_id, outcome, affected_vm_count, transitions FROM {database}.events"
+    assert ch.query(query).result_rows == [("E-1", "active", 1, 2)]
+    assert ch.query(f"SELECT event_id FROM {database}.active_events").result_rows == [("E-1",)]
+    for statement in render(next(m for m in load_migrations() if m.version == 6), Target(database=database)):
+        ch.command(statement)
+    assert ch.query(query).result_rows == [("E-1", "active", 1, 2)], "a second run is harmless"
+
+
+def test_cluster_rendering_backfills_through_distributed_tables() -> None:
+    """On a cluster the rollups are Replicated with Distributed tables, and the backfill reads every shard."""
+    rollups = next(m for m in load_migrations() if m.version == 6)
+    statements = render(rollups, Target(database="sevents", cluster="c1"))
+    inserts = [s for s in statements if s.startswith("INSERT INTO")]
+    assert len(inserts) == 5 and all("_local" not in s for s in inserts)
+    assert any("ReplicatedAggregatingMergeTree" in s and "event_vm_rollup_local" in s for s in statements)
+    assert any("ENGINE = Distributed('c1', 'sevents', 'event_rollup_local'" in s for s in statements)
+    assert all("ON CLUSTER 'c1'" in s for s in statements if s.startswith(("CREATE", "ALTER", "DROP")))
