@@ -9,7 +9,6 @@ from typing import Any
 
 from dashboards import filters as f
 from dashboards import grafana as g
-from dashboards.filters import DB
 from dashboards.fleet import event_link_override
 
 # IMDS never says who approved. What an observer can tell: the event started before NotBefore (someone
@@ -18,6 +17,7 @@ RELEASED_BY = (
     "multiIf(approved_at IS NOT NULL, 'approval (StartRequests)', started_at IS NOT NULL, "
     "'platform (NotBefore reached)', outcome = 'cancelled', 'cancelled', 'pending')"
 )
+EVENTS = f.since(f.OVERLAPPING_IDS)
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 
 
@@ -31,7 +31,7 @@ def panels() -> list[g.Panel | g.Row]:
             "round(quantileExactIf(0.5)(approval_latency_s, approved_at IS NOT NULL), 3) AS p50_s, "
             "round(quantileExactIf(0.9)(approval_latency_s, approved_at IS NOT NULL), 3) AS p90_s, "
             "round(maxIf(approval_latency_s, approved_at IS NOT NULL), 3) AS max_s "
-            f"FROM {DB}.events WHERE {where} AND approved_at IS NOT NULL "
+            f"FROM {EVENTS} WHERE {where} AND approved_at IS NOT NULL "
             "GROUP BY type_source ORDER BY type_source",
             width=14,
             unit="s",
@@ -49,7 +49,7 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Who released the event",
             "piechart",
-            f"SELECT {RELEASED_BY} AS released_by, count() AS events FROM {DB}.events WHERE {where} "
+            f"SELECT {RELEASED_BY} AS released_by, count() AS events FROM {EVENTS} WHERE {where} "
             "GROUP BY released_by ORDER BY released_by",
             width=10,
             options={"reduceOptions": {"calcs": ["lastNotNull"], "values": True}, "pieType": "donut"},
@@ -61,7 +61,7 @@ def panels() -> list[g.Panel | g.Row]:
             "first_seen_at, not_before_first AS not_before, "
             "if(not_before_first IS NULL, NULL, dateDiff('millisecond', first_seen_at, not_before_first) / 1000) "
             "AS announced_notice_s, notice_s, approval_latency_s "
-            f"FROM {DB}.events WHERE {where} ORDER BY first_seen_at DESC, event_id LIMIT 1000",
+            f"FROM {EVENTS} WHERE {where} ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
             description="Announced notice: NotBefore minus first seen. Notice: Started minus first seen.",
@@ -72,7 +72,7 @@ def panels() -> list[g.Panel | g.Row]:
             "timeseries",
             "SELECT $__timeInterval(assumeNotNull(approved_at)) AS time, event_type, "
             "avg(approval_latency_s) AS latency_s "
-            f"FROM {DB}.events WHERE {where} AND approved_at IS NOT NULL AND $__timeFilter(approved_at) "
+            f"FROM {EVENTS} WHERE {where} AND approved_at IS NOT NULL AND $__timeFilter(approved_at) "
             "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=24,

@@ -69,32 +69,6 @@ def active_event_filter() -> str:
     return event_filter("now64(3)")
 
 
-def active() -> str:
-    """Only the active set: read from the recent parts of the event rollup, never the history."""
-    return f"event_id IN (SELECT event_id FROM {DB}.active_events) AND outcome = 'active'"
-
-
-def first_seen_in_range() -> str:
-    """Events first seen in the dashboard's range: rollup parts of the range only, then the exact test."""
-    return (
-        f"event_id IN (SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime "
-        "AND first_seen_at <= $__toTime) AND $__timeFilter(first_seen_at)"
-    )
-
-
-def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
-    """Events that overlap the range: those with activity in it, and those active now, then the exact test.
-
-    An event that spans a past range without any activity in it and lasted longer than the lookback is not
-    found (IMDS does not keep an event that long).
-    """
-    return (
-        f"event_id IN (SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime "
-        f"AND first_seen_at <= $__toTime + INTERVAL {LOOKBACK_DAYS} DAY "
-        f"UNION ALL SELECT event_id FROM {DB}.active_events) AND {event_in_range(first, last)}"
-    )
-
-
 def event_vm_filter() -> str:
     """For the ``event_vms`` view: it carries every VM column (the subscription included)."""
     return " AND ".join([event_type_filter(), vm_filter()])
@@ -103,6 +77,41 @@ def event_vm_filter() -> str:
 def event_in_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
     """The event overlaps the dashboard's time range (still-active events have no end)."""
     return f"{first} <= $__toTime AND ({last} IS NULL OR {last} >= $__fromTime)"
+
+
+# The EventIds a panel may show, each found through recent rollup parts only (never the history):
+# what is active now, what was first seen in the range, and what overlaps the range.
+ACTIVE_IDS: Final = f"SELECT event_id FROM {DB}.active_events"
+FIRST_SEEN_IDS: Final = (
+    f"SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime AND first_seen_at <= $__toTime"
+)
+# An event that spans a past range without any activity in it and lasted longer than the lookback is not
+# found (IMDS does not keep an event that long); one that is active now always is.
+OVERLAPPING_IDS: Final = (
+    f"SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime "
+    f"AND first_seen_at <= $__toTime + INTERVAL {LOOKBACK_DAYS} DAY UNION ALL {ACTIVE_IDS}"
+)
+
+
+def since(ids: str, view: str = "events") -> str:
+    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on."""
+    first_day = f"SELECT toDate(min(first_seen_at)) FROM {DB}.event_rollup WHERE event_id IN ({ids})"
+    return f"{DB}.{view}_since(since_day = ({first_day}))"
+
+
+def active() -> str:
+    """Only the active set (with ``since(ACTIVE_IDS)``)."""
+    return f"event_id IN ({ACTIVE_IDS}) AND outcome = 'active'"
+
+
+def first_seen_in_range() -> str:
+    """Events first seen in the dashboard's range (with ``since(FIRST_SEEN_IDS)``)."""
+    return f"event_id IN ({FIRST_SEEN_IDS}) AND $__timeFilter(first_seen_at)"
+
+
+def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
+    """Events that overlap the range (with ``since(OVERLAPPING_IDS)``)."""
+    return f"event_id IN ({OVERLAPPING_IDS}) AND {event_in_range(first, last)}"
 
 
 def _option_query(column: str, upstream: tuple[str, ...]) -> str:

@@ -12,6 +12,7 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 DESTRUCTIVE = "('Reboot', 'Redeploy', 'Terminate', 'Preempt')"
+ACTIVE = f.since(f.ACTIVE_IDS)
 TIMELINE_LINK = "/d/sevents-timeline/maintenance-timeline?var-event_id=${__value.raw}&${__url_time_range}"
 
 
@@ -41,7 +42,7 @@ def panels() -> list[g.Panel | g.Row]:
     return [
         _stat(
             "Events active now",
-            f"SELECT count() AS active FROM {DB}.events WHERE {active}",
+            f"SELECT count() AS active FROM {ACTIVE} WHERE {active}",
             "EventIds some collector still sees in IMDS (Scheduled or Started).",
         ),
         _stat(
@@ -64,7 +65,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT not_before_last AS not_before, dateDiff('second', now(), not_before_last) AS starts_in_s, "
             "event_id, event_type, ifNull(event_source, '') AS source, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domains')} AS fault_domains, "
-            f"first_seen_at FROM {DB}.events WHERE {active} AND started_at IS NULL "
+            f"first_seen_at FROM {ACTIVE} WHERE {active} AND started_at IS NULL "
             f"AND event_type IN {DESTRUCTIVE} ORDER BY not_before_last, event_id",
             width=24,
             description="Scheduled, not started yet; NotBefore is the latest one IMDS announced.",
@@ -73,7 +74,7 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Active events by type",
             "bargauge",
-            f"SELECT event_type, count() AS events FROM {DB}.events WHERE {active} "
+            f"SELECT event_type, count() AS events FROM {ACTIVE} WHERE {active} "
             "GROUP BY event_type ORDER BY event_type",
             width=8,
             options={
@@ -86,7 +87,7 @@ def panels() -> list[g.Panel | g.Row]:
             "Events first seen, by type",
             "timeseries",
             f"SELECT $__timeInterval(first_seen_at) AS time, event_type, count() AS events "
-            f"FROM {DB}.events WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
+            f"FROM {f.since(f.FIRST_SEEN_IDS)} WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
             "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=16,

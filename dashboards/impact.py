@@ -9,9 +9,9 @@ from typing import Any
 
 from dashboards import filters as f
 from dashboards import grafana as g
-from dashboards.filters import DB
 from dashboards.fleet import event_link_override
 
+PAIRS = f.since(f.OVERLAPPING_IDS, "event_vms")
 VM_IMPACT = "dateDiff('millisecond', started_at, ended_at) / 1000"
 
 
@@ -27,7 +27,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
             "uniqExact(event_id) AS events, uniqExact(vm_id) AS vms, "
             f"round(avg({VM_IMPACT}), 3) AS avg_impact_s, round(max({VM_IMPACT}), 3) AS max_impact_s, "
-            f"round(sum({VM_IMPACT}), 3) AS total_impact_s FROM {DB}.event_vms WHERE {done_on_vm} "
+            f"round(sum({VM_IMPACT}), 3) AS total_impact_s FROM {PAIRS} WHERE {done_on_vm} "
             "GROUP BY fault_domain ORDER BY fault_domain",
             width=12,
             unit="s",
@@ -39,7 +39,7 @@ def panels() -> list[g.Panel | g.Row]:
             "timeseries",
             "SELECT $__timeInterval(assumeNotNull(started_at)) AS time, "
             "concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
-            f"round(sum({VM_IMPACT}), 3) AS impact_s FROM {DB}.event_vms "
+            f"round(sum({VM_IMPACT}), 3) AS impact_s FROM {PAIRS} "
             f"WHERE {done_on_vm} AND $__timeFilter(started_at) GROUP BY time, fault_domain ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
@@ -53,7 +53,7 @@ def panels() -> list[g.Panel | g.Row]:
             "duration_s AS announced_s, impact_s AS observed_s, "
             "if(duration_s IS NULL OR duration_s < 0 OR impact_s IS NULL, NULL, impact_s - duration_s) "
             f"AS overrun_s, affected_vm_count AS affected, {f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {DB}.events WHERE started_at IS NOT NULL AND {f.overlapping_range('started_at')} "
+            f"FROM {f.since(f.OVERLAPPING_IDS)} WHERE started_at IS NOT NULL AND {f.overlapping_range('started_at')} "
             f"AND {f.event_filter()} ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,

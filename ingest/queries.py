@@ -8,6 +8,10 @@ Each query reads only what it shows: one event or one VM through a primary key, 
 of the event rollup and the time-ordered transitions that cover it (migration 0006), never the whole history.
 """
 
+# Statements are assembled from constants of this module only; every value is bound server-side, so S608 does
+# not apply.
+# ruff: noqa: S608
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -37,6 +41,20 @@ class Result:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
+# The events first seen in [since, until): found through the parts of event_rollup that cover the window.
+WINDOW_IDS = (
+    "SELECT event_id FROM event_rollup "
+    "WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+)
+ONE_ID = "SELECT {event_id:String}"
+
+
+def since(ids: str, view: str = "events") -> str:
+    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on."""
+    first_day = f"SELECT toDate(min(first_seen_at)) FROM event_rollup WHERE event_id IN ({ids})"
+    return f"{view}_since(since_day = ({first_day}))"
+
+
 VM_HISTORY = Query(
     "vm_history",
     "What happened to a VM between two times",
@@ -60,7 +78,9 @@ EVENT_SUMMARY = Query(
 SELECT event_id, event_type, event_source, description, duration_s, outcome, first_seen_at, not_before_first,
        not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s,
        affected_vm_count, observing_vms, fault_domains, update_domains, anomalies
-FROM events
+FROM """
+    + since(ONE_ID)
+    + """
 WHERE event_id = {event_id:String}
 """,
     {"event_id": "String"},
@@ -81,7 +101,9 @@ SELECT fault_domain,
        if(first_started IS NULL OR last_ended IS NULL, NULL,
           dateDiff('millisecond', first_started, last_ended) / 1000) AS impact_s,
        arrayStringConcat(arraySort(groupUniqArray(outcome)), ',') AS outcomes
-FROM event_vms
+FROM """
+    + since(ONE_ID, "event_vms")
+    + """
 WHERE event_id = {event_id:String}
 GROUP BY fault_domain
 ORDER BY fault_domain
@@ -97,7 +119,9 @@ SELECT fault_domain, update_domain, vm_name, vm_id, affects_this_vm, outcome, fi
        started_at, ended_at,
        if(started_at IS NULL OR ended_at IS NULL, NULL, dateDiff('millisecond', started_at, ended_at) / 1000)
            AS impact_s
-FROM event_vms
+FROM """
+    + since(ONE_ID, "event_vms")
+    + """
 WHERE event_id = {event_id:String}
 ORDER BY fault_domain, update_domain, vm_name
 """,
@@ -110,9 +134,12 @@ DISRUPTIVE_EVENTS = Query(
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
        approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains
-FROM events
-WHERE event_id IN (SELECT event_id FROM event_rollup
-                   WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+FROM """
+    + since(WINDOW_IDS)
+    + """
+WHERE event_id IN ("""
+    + WINDOW_IDS
+    + """)
   AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
   AND has({types:Array(String)}, event_type)
 ORDER BY first_seen_at, event_id
@@ -141,9 +168,12 @@ EVENTS_IN_WINDOW = Query(
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s, affected_vm_count,
        affected_vms, fault_domains, update_domains, duration_s, description
-FROM events
-WHERE event_id IN (SELECT event_id FROM event_rollup
-                   WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+FROM """
+    + since(WINDOW_IDS)
+    + """
+WHERE event_id IN ("""
+    + WINDOW_IDS
+    + """)
   AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ORDER BY first_seen_at, event_id
 """,
@@ -164,17 +194,23 @@ SELECT v.fault_domain AS fault_domain,
        maxOrNull(dateDiff('millisecond', e.first_seen_at, v.approved_at) / 1000) AS max_approval_latency_s,
        avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_impact_s,
        maxOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS max_impact_s
-FROM event_vms AS v
+FROM """
+    + since(WINDOW_IDS, "event_vms")
+    + """ AS v
 INNER JOIN
 (
-    SELECT event_id, first_seen_at FROM events
-    WHERE event_id IN (SELECT event_id FROM event_rollup
-                       WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+    SELECT event_id, first_seen_at FROM """
+    + since(WINDOW_IDS)
+    + """
+    WHERE event_id IN ("""
+    + WINDOW_IDS
+    + """)
       AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
-  AND v.event_id IN (SELECT event_id FROM event_rollup
-                     WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+  AND v.event_id IN ("""
+    + WINDOW_IDS
+    + """)
 GROUP BY fault_domain
 ORDER BY fault_domain
 """,
@@ -187,7 +223,7 @@ COUNTS = Query(
     """
 SELECT
     (SELECT count() FROM transitions FINAL) AS transitions,
-    (SELECT count() FROM events) AS events,
+    (SELECT uniqExact(event_id) FROM event_rollup) AS events,
     (SELECT count() FROM heartbeats FINAL) AS heartbeats,
     (SELECT count() FROM heartbeats_latest FINAL) AS vms_with_heartbeat,
     (SELECT count() FROM dead_letters FINAL) AS dead_letters

@@ -42,8 +42,11 @@ def _stored(state: Path) -> list[dict[str, Any]]:
     path = state / "outbox.sqlite"
     if not path.exists():
         return []
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
-        return [json.loads(p) for (p,) in db.execute("SELECT payload FROM records ORDER BY seq")]
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+            return [json.loads(p) for (p,) in db.execute("SELECT payload FROM records ORDER BY seq")]
+    except sqlite3.OperationalError:
+        return []  # created but not yet initialised by the collector: nothing stored yet
 
 
 def _wait(condition: Any, what: str, timeout: float = 60) -> None:
