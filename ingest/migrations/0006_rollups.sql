@@ -259,9 +259,7 @@ LEFT JOIN
 
 DROP VIEW IF EXISTS ${db}.retired_vms ${on_cluster};
 CREATE VIEW ${db}.retired_vms ${on_cluster} AS
-SELECT vm_id FROM ${db}.vm_status WHERE state = 'retired'
-UNION ALL
-SELECT vm_id FROM ${db}.vm_retirements WHERE vm_id NOT IN (SELECT vm_id FROM ${db}.heartbeats_latest);
+SELECT vm_id FROM ${db}.vm_status WHERE state = 'retired';
 
 -- event_vms and events keep their names and columns. Each is the whole history of its *_since view, which
 -- reads the pair rollup from a day on only: a panel passes the first day of the events it shows (the earliest
