@@ -1,15 +1,18 @@
 -- Rollups that follow `transitions` and `heartbeats` by themselves (materialized views), so that every question
 -- costs what it shows, not the length of the history. `transitions` stays the table of record.
 --
--- Every state here is unchanged by a repeated row (min, max, argMin/argMax, groupUniqArray, uniqExact of an id,
--- maxMap): a redelivered duplicate, a replay of dead letters or a second backfill never changes a figure, and
--- the backfill at the end of this migration may overlap rows the views already saw while it ran.
+-- Every state here is unchanged by a repeated row (min, max, the greatest (observed_at, value) tuple for what
+-- argMax gave, unique arrays of transition hashes instead of counts, maxMap), kept as SimpleAggregateFunction
+-- columns so that inserts and merges stay cheap: a redelivered duplicate, a replay of dead letters or a second
+-- backfill never changes a figure, and each backfill below may overlap rows its view already saw.
 --
--- event_vm_rollup   one (event, observing VM): the lifecycle `event_vms` reads.
--- event_rollup      one event, partitioned by the month of its last activity: what finds the events of a time
---                   range or the active set without reading old parts (first/last seen, each VM's last state).
--- vm_retirements    when a VM's own Terminate or Preempt started: the VM is going away.
--- heartbeat_hours   one VM per hour: heartbeats received, outbox depth, poll health (coverage at fleet scale).
+-- event_vm_rollup      one (event, observing VM): the lifecycle `event_vms` reads.
+-- event_rollup         one event, partitioned by the month of its last activity: what finds the events of a
+--                      time range or the active set without reading old parts (first/last seen, each VM's last
+--                      state, affected VMs).
+-- vm_retirements       when a VM's own Terminate or Preempt started: the VM is going away.
+-- transitions_by_time  the columns time-range panels read, in time order.
+-- heartbeat_hours      one VM per hour: heartbeats received, outbox depth, poll health (coverage at scale).
 
 -- @distributed event_vm_rollup cityHash64(vm_id)
 CREATE TABLE IF NOT EXISTS ${db}.event_vm_rollup${local} ${on_cluster}
