@@ -97,7 +97,9 @@ FROM
         lower(hex(cityHash64('event', e))) AS event_id,
         if(e >= {tail}, {list(ACTIVE_TAIL)}[e - {tail} + 1],
            multiIf(e % 20 = 0, 'Reboot', e % 50 = 1, 'Redeploy', 'Freeze')) AS etype,
-        {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events})) AS t0,
+        -- the last events were announced in the last half hour, so some are Scheduled and some Started now
+        if(e >= {tail}, {_ts(fleet.now)} - toIntervalMinute(({fleet.events} - e) * 6),
+           {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events}))) AS t0,
         -- appeared, Started 15 minutes later, gone 10 minutes after that; the VMs of a set a few ms apart
         t0 + toIntervalMillisecond(vi * 7 + [0, 900000, 1500000][k + 1]) AS obs,
         lower(hex(cityHash64(vm_id, event_id, k))) AS tid
