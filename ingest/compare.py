@@ -1,16 +1,38 @@
 """Compare the ``events`` view with a simulator's ground truth (pure): which numbers agree, within what.
 
-Timestamps agree when they differ by at most ``tolerance_s`` (a collector sees a change up to one poll
-interval late, so one poll interval plus a little scheduling slack). Durations derived from two observed
-times (notice, approval latency, impact) get the same tolerance: both ends lag by less than one interval.
+A collector sees a change at its first poll after the change, however late a loaded machine makes that
+poll. Given when the simulator answered each VM (``served``), an observed time is checked against exactly
+that: it must fall after the answer before the first one that showed the change, and before the answer after
+it (a collector stamps a poll between sending it and reading the reply, and polls one at a time). An event's
+time is the earliest (first seen, started, approved) or latest (ended) over its VMs, so its window is too;
+a duration's window runs from the earliest end minus the latest start to the latest end minus the earliest.
+
+NotBefore is blank once an event started, so it (and the approval, told by a start before it) can be known
+only if some VM was answered while the event was visible and not yet started there; when none was, the
+pipeline is right to show nothing for them.
+
+Without ``served``, times agree when they differ by at most ``tolerance_s``.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+# event field -> (the truth rows' per-VM field, whether the event takes the earliest VM or the latest)
+OBSERVED = {
+    "first_seen_at": ("first_visible_at", min),
+    "started_at": ("started_at", min),
+    "approved_at": ("approved_at", min),
+    "ended_at": ("ended_at", max),
+}
+SPANS = {"notice_s": ("first_seen_at", "started_at"), "approval_latency_s": ("first_seen_at", "approved_at")}
+SPANS["impact_s"] = ("started_at", "ended_at")
+Window = tuple[float, float]  # open interval, in POSIX seconds (or seconds for a duration)
+NEEDS_NOT_BEFORE = ("not_before_first", "approved_at", "approval_latency_s")
 
 TIMES = ("first_seen_at", "not_before_first", "approved_at", "started_at", "ended_at")
 DURATIONS = ("notice_s", "approval_latency_s", "impact_s")
@@ -64,14 +86,22 @@ def truth_events(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
 
 
 def compare(
-    ours: Sequence[Mapping[str, Any]], truth_rows: Iterable[Mapping[str, Any]], tolerance_s: float
+    ours: Sequence[Mapping[str, Any]],
+    truth_rows: Iterable[Mapping[str, Any]],
+    tolerance_s: float,
+    served: Mapping[str, Sequence[datetime]] | None = None,
 ) -> list[Check]:
     """Every compared value of every event in the truth (an event we never stored fails every check)."""
-    truth = truth_events(truth_rows)
+    rows = list(truth_rows)
+    truth = truth_events(rows)
+    windows = observation_windows(rows, served) if served is not None else {}
+    unknowable = _not_before_unseen(rows, served) if served is not None else set()
     by_id = {row["event_id"]: row for row in ours}
     checks: list[Check] = []
     for event_id, t in truth.items():
         mine = by_id.get(event_id, {})
+        if event_id in unknowable:
+            t = {**t, **dict.fromkeys(NEEDS_NOT_BEFORE)}
         for name in EXACT:
             a, b = _norm(mine.get(name)), _norm(t[name])
             checks.append(Check(event_id, t["label"], name, a, b, a == b))
@@ -81,10 +111,60 @@ def compare(
                 checks.append(Check(event_id, t["label"], name, a, b, a is None and b is None))
                 continue
             delta = (a - b).total_seconds() if isinstance(a, datetime) else float(a) - float(b)
-            checks.append(Check(event_id, t["label"], name, a, b, abs(delta) <= tolerance_s, delta))
+            window = windows.get((event_id, name))
+            if window is None:
+                ok = abs(delta) <= tolerance_s
+            else:
+                value = a.timestamp() if isinstance(a, datetime) else float(a)
+                ok = window[0] < value < window[1]
+            checks.append(Check(event_id, t["label"], name, a, b, ok, delta))
     for event_id in by_id.keys() - truth.keys():
         checks.append(Check(event_id, "", "event_id", event_id, None, False))
     return checks
+
+
+def observation_windows(
+    truth_rows: Sequence[Mapping[str, Any]], served: Mapping[str, Sequence[datetime]]
+) -> dict[tuple[str, str], Window]:
+    """(event_id, field) -> the open interval its observed value must fall in, from when VMs were answered."""
+    per_vm: dict[tuple[str, str], list[Window]] = {}
+    for row in truth_rows:
+        answers = [moment.timestamp() for moment in served.get(row["vm_name"], ())]
+        if not answers:
+            continue  # no collector polled this VM: it observed nothing
+        for name, (field, _) in OBSERVED.items():
+            if row.get(field) is not None:
+                per_vm.setdefault((row["event_id"], name), []).append(_around(answers, row[field].timestamp()))
+    windows: dict[tuple[str, str], Window] = {}
+    for (event_id, name), found in per_vm.items():
+        pick = OBSERVED[name][1]
+        windows[(event_id, name)] = (pick(w[0] for w in found), pick(w[1] for w in found))
+    for event_id in {key[0] for key in windows}:
+        for name, (start, end) in SPANS.items():
+            first, last = windows.get((event_id, start)), windows.get((event_id, end))
+            if first is not None and last is not None:
+                windows[(event_id, name)] = (last[0] - first[1], last[1] - first[0])
+    return windows
+
+
+def _not_before_unseen(truth_rows: Sequence[Mapping[str, Any]], served: Mapping[str, Sequence[datetime]]) -> set[str]:
+    """Events no VM was answered about while they were visible and not yet started (NotBefore never shown)."""
+    seen: dict[str, bool] = {}
+    for row in truth_rows:
+        visible, started = row["first_visible_at"], row["started_at"]
+        answered = any(
+            visible <= moment and (started is None or moment < started) for moment in served.get(row["vm_name"], ())
+        )
+        seen[row["event_id"]] = seen.get(row["event_id"], False) or answered
+    return {event_id for event_id, any_seen in seen.items() if not any_seen}
+
+
+def _around(answers: Sequence[float], moment: float) -> Window:
+    """Between the answer before the first one at or after ``moment``, and the answer after that one."""
+    first = bisect.bisect_left(answers, moment)
+    before = answers[first - 1] if first > 0 else float("-inf")
+    after = answers[first + 1] if first + 1 < len(answers) else float("inf")
+    return before, after
 
 
 def fault_domain_truth(truth_rows: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:

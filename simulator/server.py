@@ -40,6 +40,7 @@ from simulator.state import Happening, Served
 
 log = logging.getLogger("simulator")
 TICK_S = 0.01  # how often the background ticker advances the engine (wall seconds)
+SERVED_KEPT = 100_000  # answer times kept per VM (a day of polls at 1 s)
 
 
 def _utcnow() -> datetime:
@@ -82,6 +83,8 @@ class SimServer:
         self._http.fleet = self  # type: ignore[attr-defined]  # read by Handler.fleet
         self._threads: list[threading.Thread] = []
         self._recent: dict[str, deque[float]] = {}  # request times per VM, for the rate limit
+        # when each VM was answered a Scheduled Events document: what its collector could know, and when
+        self._served: dict[str, deque[datetime]] = {}
         self.rate_limited = 0
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -198,6 +201,11 @@ class SimServer:
             self.advance()
             return self.engine.history(name)
 
+    def served(self, name: str) -> list[datetime]:
+        """When VM ``name`` was answered a Scheduled Events document (the state as of that moment), oldest first."""
+        with self._lock:
+            return list(self._served.get(name, ()))
+
     def approvals(self) -> list[tuple[datetime, str, str, str]]:
         """Every approval received: (at, vm, event_id, "http" | "script")."""
         with self._lock:
@@ -271,6 +279,7 @@ class SimServer:
                 return Reply(200, None)
             incarnation, events, happened = self.engine.poll(vm, now)
             self._log(happened)
+            self._served.setdefault(vm, deque(maxlen=SERVED_KEPT)).append(now)
             return Reply(200, render_document(version, incarnation, events))
 
     def control(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply:

@@ -35,6 +35,7 @@ def test_every_number_in_events_matches_the_simulators_ground_truth(ch: Any, ch_
         assert run.sim.wait_done(150), run.sim.status()
         run.finish()
         truth = run.sim.truth()
+        served = {vm: run.sim.served(vm) for vm in run.sim.vm_names}
         window = {"since": began - timedelta(minutes=1), "until": datetime.now(UTC) + timedelta(minutes=1)}
         events = queries.run(ch, queries.EVENTS_IN_WINDOW, database, **window).dicts()
         counts = queries.run(ch, queries.COUNTS, database).dicts()[0]
@@ -42,7 +43,7 @@ def test_every_number_in_events_matches_the_simulators_ground_truth(ch: Any, ch_
         vms = len(run.sim.vm_names)
     finally:
         run.close()
-    checks = compare(events, truth, tolerance_s=POLL_S + SLACK_S)
+    checks = compare(events, truth, tolerance_s=POLL_S + SLACK_S, served=served)
     bad = [c for c in checks if not c.ok]
     assert not bad, "\n".join(f"{c.label} {c.field}: ours {c.ours} truth {c.truth} delta {c.delta_s}" for c in bad)
     assert len(events) == len({row["event_id"] for row in truth}) == 7

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest import synthetic
-from ingest.compare import compare, fault_domain_truth
+from ingest.compare import compare, fault_domain_truth, observation_windows
 from ingest.decode import decode_values
 from ingest.rows import Batch, insert_token
 from ingest.source import Delivery
@@ -119,3 +119,38 @@ def test_fault_domain_truth_averages_affected_vms_only() -> None:
         0: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
         1: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
     }
+
+
+def test_observed_times_are_judged_by_the_polls_around_the_truth() -> None:
+    """An observation counts when it came from the first answer after the truth: not before, not a poll later."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    at = [t0 + timedelta(seconds=s) for s in (0, 1, 2, 3, 4)]
+    row = {"event_id": "E", "vm_name": "a", "first_visible_at": t0 + timedelta(seconds=1.5), "started_at": None,
+           "approved_at": None, "ended_at": t0 + timedelta(seconds=3.2)}  # fmt: skip
+    windows = observation_windows([row], {"a": at, "b": []})
+    # first answer at or after 1.5 s is the one at 2 s: the collector stamps it after 1 s and before 3 s
+    assert windows[("E", "first_seen_at")] == (at[1].timestamp(), at[3].timestamp())
+    assert windows[("E", "ended_at")] == (at[3].timestamp(), float("inf"))  # no answer after the one at 4 s
+    assert ("E", "impact_s") not in windows  # never started
+    late = {"event_id": "E", "label": "", "first_seen_at": at[3] + timedelta(milliseconds=1)}
+    fixed = {"label": "", "event_type": "Freeze", "event_source": None, "description": None, "duration_s": None}
+    truth = [{**row, **fixed, "not_before": None, "outcome": "completed", "resources": [], "fault_domain": 0}]
+    seen = {c.field: c.ok for c in compare([late], truth, tolerance_s=10.0, served={"a": at})}
+    assert seen["first_seen_at"] is False, "a poll later than the first one after the truth is too late"
+
+
+def test_not_before_is_expected_only_when_some_vm_could_see_it() -> None:
+    """Approved before any VM polled while it was Scheduled: no NotBefore, no approval is the right answer."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {"event_id": "E", "vm_name": "a", "label": "", "event_type": "Reboot", "event_source": None,
+           "description": None, "duration_s": None, "outcome": "completed", "resources": ["a"], "fault_domain": 0,
+           "first_visible_at": t0 + timedelta(seconds=1.1), "started_at": t0 + timedelta(seconds=1.6),
+           "approved_at": t0 + timedelta(seconds=1.6), "ended_at": None,
+           "not_before": t0 + timedelta(minutes=15)}  # fmt: skip
+    ours = {"event_id": "E", "not_before_first": None, "approved_at": None, "approval_latency_s": None}
+    unseen = [t0 + timedelta(seconds=s) for s in (0, 1, 2, 3)]  # nothing answered between 1.1 s and 1.6 s
+    checks = {c.field: c.ok for c in compare([ours], [row], tolerance_s=10.0, served={"a": unseen})}
+    assert checks["not_before_first"] and checks["approved_at"] and checks["approval_latency_s"]
+    seen = [*unseen, t0 + timedelta(seconds=1.3)]
+    checks = {c.field: c.ok for c in compare([ours], [row], tolerance_s=10.0, served={"a": sorted(seen)})}
+    assert not checks["not_before_first"], "a VM was answered while it was Scheduled: NotBefore was there to see"
