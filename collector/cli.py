@@ -15,11 +15,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collector.agent import Agent, AgentError
+from collector.agent import AgentError
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
 from collector.outbox import Outbox, OutboxError
 from collector.settings import SECTION, CollectorSettings, load_settings
+from collector.wiring import build_agent
 from sevents import records
 from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
@@ -45,7 +46,8 @@ _HELP = {
     "first_call_timeout": "read timeout of the first call, which may take up to 2 minutes (default 130)",
     "min_request_interval": "minimum seconds between our IMDS requests (default 0.4; IMDS allows ~5/s per VM)",
     "retry_deadline": "seconds one fetch keeps retrying 410/429/5xx/timeouts (default 75; once: 8)",
-    "outbox_max_bytes": "bound of the outbox payload bytes (default 64 MiB); heartbeats give way first",
+    "api_version_retry": "seconds after a refused api-version before asking for it again (default 3600)",
+    "outbox_max_bytes": "bound of the outbox on disk, WAL included (default 64 MiB); heartbeats give way first",
     "discover_endpoint": "non-VNET VMs: take the IMDS address from DHCP option 245 in the lease files",
     "dhcp_lease_globs": "comma-separated lease file globs searched for option 245",
     "sink": "local (sevents-ingest reads the outbox; default) or eventhubs",
@@ -162,7 +164,7 @@ def _configured(name: str, file: Path | None, flags: Mapping[str, Any]) -> bool:
 def _once(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
-    agent = Agent(settings)
+    agent = build_agent(settings)
     try:
         log.info(
             "polling IMDS once",
@@ -202,7 +204,7 @@ def _run(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     provider = make_meter_provider("sevents-collector")
-    agent = Agent(settings, meter_provider=provider)
+    agent = build_agent(settings, meter_provider=provider)
     try:
         agent.run(stop)
     except ImdsInterrupted:

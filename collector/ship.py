@@ -83,7 +83,7 @@ class Shipper:
         self._max_wait_s = max_wait_s
         self._idle_s = idle_s
         self._backoff = backoff or Backoff(initial=0.5, cap=30.0)
-        self._on_shipped = on_shipped or (lambda n: None)
+        self.on_shipped = on_shipped or (lambda n: None)
         self._monotonic = monotonic
         self._wake = threading.Event()
         self.shipped = 0
@@ -153,5 +153,5 @@ class Shipper:
             return False
         self._outbox.remove(row.seq for row in rows)
         self.shipped += len(rows)
-        self._on_shipped(len(rows))
+        self.on_shipped(len(rows))
         return True
