@@ -38,10 +38,13 @@ from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink
 from collector.transitions import diff
 from collector.versions import align, stamp
+from sevents.records import encode
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_VERSION = sevents.__version__
+# Records held in memory while the outbox refuses commits (a full disk); beyond, states may merge.
+MAX_PENDING_BYTES = 4 * 2**20
 
 
 class AgentError(Exception):
@@ -87,7 +90,9 @@ class Agent:
             parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
         self.started_at = self._clock()
         self._drops_at_start = self.outbox.drops()
-        self._deferred: set[str] = set()  # record_ids refused by the outbox at the last poll
+        self._committed = parts.snapshot  # the snapshot on disk; self._snapshot runs ahead while commits fail
+        self._pending: list[dict[str, Any]] = []  # records diffed but not yet stored (the outbox refused them)
+        self._pending_bytes = 0
         self._instance_worker: threading.Thread | None = None
         self._refresh_outbox_metrics()
 
@@ -115,7 +120,7 @@ class Agent:
         prev = align(self._snapshot, document, response.api_version)
         snapshot, transitions = diff(prev, document, self._clock())
         snapshot = stamp(snapshot, response.api_version)
-        if snapshot is self._snapshot:
+        if snapshot is self._snapshot and not self._pending:
             self.health.ok()
             return []
         return self._commit(snapshot, transitions, response.api_version)
@@ -159,17 +164,21 @@ class Agent:
         return document
 
     def _commit(self, snapshot: Snapshot, transitions: Sequence[Transition], api_version: str) -> list[dict[str, Any]]:
+        """Store what earlier polls could not, then this poll's records, with the snapshot, in one transaction."""
         vm = self.instance.identity
         records = [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
+        batch = [*self._pending, *records]
         try:
-            seqs = self.outbox.commit(records, snapshot.to_json())
+            seqs = self.outbox.commit(batch, snapshot.to_json())
         except OutboxError as error:
-            self._deferred_commit(records, error)
+            self._defer(snapshot, records, error)
             return []
-        self._snapshot = snapshot
-        self._deferred = set()
+        if self._pending:
+            log.info("deferred transitions stored", extra={"count": len(self._pending)})
+        self._snapshot = self._committed = snapshot
+        self._pending, self._pending_bytes = [], 0
         self.health.ok()
         self._refresh_outbox_metrics()
         if self._parts.shipper is not None:
@@ -180,22 +189,33 @@ class Agent:
                 "transition",
                 extra={"kind": t.kind, "event_id": t.event_id, "status": t.status, "incarnation": t.incarnation},
             )
-        return [{**r, "seq": s} for r, s in zip(records, seqs, strict=True)]
+        return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
 
-    def _deferred_commit(self, records: Sequence[dict[str, Any]], error: OutboxError) -> None:
-        """The outbox refused the commit: the snapshot stays, so the same changes are found again later."""
+    def _defer(self, snapshot: Snapshot, records: Sequence[dict[str, Any]], error: OutboxError) -> None:
+        """The outbox refused the commit (full, or a full disk): keep the records in memory and retry next poll.
+
+        Polling goes on against the new snapshot, so a state that comes and goes meanwhile is still recorded
+        once there is room: the history then equals an unharmed collector's. Past ``MAX_PENDING_BYTES`` the
+        records are let go and the diff falls back to the snapshot on disk: nothing is lost for good, but
+        states that came and went meanwhile merge. A crash loses only memory: the restart diffs the same way.
+        """
         kind = "outbox_full" if isinstance(error, OutboxFull) else "outbox_error"
         self.health.fault(kind)
         self.health.failed(kind, error)
-        # Count each deferred transition once, not once per poll while the outbox stays full.
-        ids = {str(r["record_id"]) for r in records}
-        fresh = ids - self._deferred
-        self._deferred = ids
+        self._pending.extend(records)
+        self._pending_bytes += sum(len(encode(r)) for r in records)
+        self._snapshot = snapshot
+        if self._pending_bytes > MAX_PENDING_BYTES:
+            self._pending, self._pending_bytes, self._snapshot = [], 0, self._committed
+            log.error("too much deferred to hold in memory; diffing from the stored snapshot again")
         # On a full disk even the count cannot be written: the fault count above and the log say so.
-        if fresh:
+        if records:
             with contextlib.suppress(OutboxError):
-                self.outbox.count_drop(DROP_TRANSITIONS_DEFERRED, len(fresh))
-        log.error("outbox refused the commit: transitions deferred", extra={"count": len(records), "error": str(error)})
+                self.outbox.count_drop(DROP_TRANSITIONS_DEFERRED, len(records))
+        log.error(
+            "outbox refused the commit: transitions deferred",
+            extra={"pending": len(self._pending), "kind": kind, "error": str(error)},
+        )
         self._refresh_outbox_metrics()
 
     def heartbeat(self) -> dict[str, Any] | None:

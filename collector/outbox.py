@@ -16,8 +16,7 @@ the cap engages before SQLite meets a full disk (which is retryable too: ``Outbo
    and a new heartbeat that still does not fit is not stored (``heartbeat_rejected``).
 2. A transition is never evicted and never dropped silently: a commit whose transitions do not fit raises
    ``OutboxFull`` and writes nothing, the snapshot included. The caller counts the refusal
-   (``count_drop("transitions_deferred", n)``) and, because its snapshot did not move, finds the same
-   changes again on a later poll once the ingest has made room (states that came and went meanwhile merge).
+   (``count_drop("transitions_deferred", n)``), keeps the records and commits them with a later poll.
 
 Every drop is counted by reason in the ``drops`` table of the same file.
 

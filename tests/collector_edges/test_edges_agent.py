@@ -163,7 +163,7 @@ def test_heartbeat_reports_health(imds: FakeImds, settings: CollectorSettings) -
 
 
 def test_full_outbox_defers_transitions_without_losing_them(imds: FakeImds, settings: CollectorSettings) -> None:
-    """When transitions do not fit, the drop is counted, the snapshot stays, and they are found once there is room."""
+    """Transitions that do not fit are counted once each, the stored snapshot stays, all are stored once there is room."""
     tight = dataclasses.replace(settings, outbox_max_bytes=160_000)  # on disk: pages and WAL count too
     agent = build_agent(tight)
     try:
@@ -174,8 +174,16 @@ def test_full_outbox_defers_transitions_without_losing_them(imds: FakeImds, sett
         assert agent.outbox.drops() == {DROP_TRANSITIONS_DEFERRED: 10}  # counted once, not once per poll
         assert agent.outbox.snapshot() is None
         imds.set_document(2, big[:3])
+        assert agent.poll_once() == []
+        assert agent.outbox.drops() == {DROP_TRANSITIONS_DEFERRED: 17}
+        agent.outbox.max_bytes = 10 * 2**20  # as if the ingest had made room
         new = agent.poll_once()
-        assert [r["event_id"] for r in new] == ["e0", "e1", "e2"]
+        # Everything seen while full is stored in order: the seven that came and went are not merged away.
+        assert [(r["kind"], r["event_id"]) for r in new] == [
+            *(("appeared", f"e{i}") for i in range(10)),
+            *(("disappeared", f"e{i}") for i in range(3, 10)),
+        ]
+        assert agent.poll_once() == []
     finally:
         agent.close()
 
