@@ -163,7 +163,7 @@ def test_heartbeat_reports_health(imds: FakeImds, settings: CollectorSettings) -
 
 
 def test_full_outbox_defers_transitions_without_losing_them(imds: FakeImds, settings: CollectorSettings) -> None:
-    """Transitions that do not fit are counted once each, the stored snapshot stays; all are stored once room returns."""
+    """Transitions that do not fit are counted once, the stored snapshot stays; all are stored once room returns."""
     tight = dataclasses.replace(settings, outbox_max_bytes=160_000)  # on disk: pages and WAL count too
     agent = build_agent(tight)
     try:
