@@ -25,6 +25,7 @@ from sevents import records
 from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
+from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import make_meter_provider
 
 log = logging.getLogger("collector")
@@ -33,6 +34,7 @@ EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL, EXIT_INTERRUPTED = 0, 1, 2, 
 # `once` is run by people and scripts waiting for an answer: unless a retry deadline is configured, each IMDS
 # request gives up after this long instead of the daemon's 75 s (which rides out a ~70 s IMDS update).
 ONCE_RETRY_DEADLINE = 8.0
+START_RETRY = Backoff(initial=1.0, cap=30.0)
 
 _HELP = {
     "imds_url": "IMDS base URL; /metadata/... is appended (default http://169.254.169.254)",
@@ -204,7 +206,19 @@ def _run(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     provider = make_meter_provider("sevents-collector")
-    agent = build_agent(settings, meter_provider=provider)
+    try:
+        # An outbox that cannot be opened (a full disk) is waited out, never a reason to exit: a supervisor
+        # restarting us would find the same disk, and meanwhile nobody would try again.
+        agent = retry(
+            lambda: build_agent(settings, meter_provider=provider),
+            backoff=START_RETRY,
+            stop=stop,
+            retryable=lambda error: isinstance(error, OutboxError),
+            on_retry=lambda note: log.error("cannot open the outbox; trying again", extra={"error": str(note.error)}),
+        )
+    except RetryInterrupted:
+        provider.shutdown()
+        return EXIT_OK
     try:
         agent.run(stop)
     except ImdsInterrupted:

@@ -16,6 +16,7 @@ Errors::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from collector.imds_policy import (
     newest_versions,
     parse_retry_after,
 )
+from sevents.retry import RetryInterrupted, RetryNote, retry
 
 log = logging.getLogger(__name__)
 
@@ -168,56 +170,69 @@ class ImdsClient:
     ) -> ImdsResponse:
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
         tried = {version}
-        started = self._monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            url = (scheduled_events_url if what == "scheduled_events" else instance_url)(self.base_url, version)
-            try:
-                body, latency = self._attempt(url, stop)
-                return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempt)
-            except ImdsInterrupted:
-                raise
-            except ImdsError as error:
-                self.on_error(error.kind)
-                if error.kind == "version":
-                    choice = choose_version(error.offered, supported or error.offered, tried)
-                    if choice is not None:
-                        log.warning(
-                            "IMDS refused api-version; switching",
-                            extra={"endpoint": what, "refused": version, "chosen": choice},
-                        )
-                        version = choice
-                        tried.add(choice)
-                        continue
-                if error.kind not in RETRYABLE_KINDS:
-                    log.warning(
-                        "IMDS request failed", extra={"endpoint": what, "kind": error.kind, "error": str(error)}
-                    )
+        attempts = 0
+
+        def attempt() -> ImdsResponse:
+            # One try, and at once another with a version IMDS names after a 400 that names newest-versions.
+            nonlocal version, attempts
+            while True:
+                attempts += 1
+                url = (scheduled_events_url if what == "scheduled_events" else instance_url)(self.base_url, version)
+                try:
+                    body, latency = self._attempt(url, stop)
+                    return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempts)
+                except ImdsInterrupted:
                     raise
-                delay = self.policy.backoff.delay(attempt, error.retry_after)
-                elapsed = self._monotonic() - started
-                if elapsed + delay > deadline:
+                except ImdsError as error:
+                    self.on_error(error.kind)
+                    choice = None
+                    if error.kind == "version":
+                        choice = choose_version(error.offered, supported or error.offered, tried)
+                    if choice is None:
+                        raise
                     log.warning(
-                        "IMDS request failed; giving up this fetch",
-                        extra={"endpoint": what, "kind": error.kind, "attempts": attempt, "error": str(error)},
+                        "IMDS refused api-version; switching",
+                        extra={"endpoint": what, "refused": version, "chosen": choice},
                     )
-                    raise
-                # Say what failed, when the next try comes and when this fetch gives up: a person running
-                # `sevents-collector once` against an unreachable IMDS must not face a silent wait.
-                log.info(
-                    "IMDS request failed; retrying",
-                    extra={
-                        "endpoint": what,
-                        "kind": error.kind,
-                        "attempt": attempt,
-                        "delay_s": round(delay, 3),
-                        "gives_up_in_s": round(max(0.0, deadline - elapsed), 1),
-                        "error": str(error),
-                    },
-                )
-                if stop.wait(delay):
-                    raise ImdsInterrupted() from error
+                    version = choice
+                    tried.add(choice)
+
+        def retrying(note: RetryNote) -> None:
+            # Say what failed, when the next try comes and when this fetch gives up: a person running
+            # `sevents-collector once` against an unreachable IMDS must not face a silent wait.
+            error = note.error
+            log.info(
+                "IMDS request failed; retrying",
+                extra={
+                    "endpoint": what,
+                    "kind": getattr(error, "kind", ""),
+                    "attempt": note.attempt,
+                    "delay_s": round(note.delay, 3),
+                    "gives_up_in_s": round(max(0.0, deadline - note.elapsed), 1),
+                    "error": str(error),
+                },
+            )
+
+        try:
+            return retry(
+                attempt,
+                backoff=dataclasses.replace(self.policy.backoff, deadline=deadline),
+                stop=stop,
+                retryable=lambda error: isinstance(error, ImdsError) and error.kind in RETRYABLE_KINDS,
+                retry_after=lambda error: getattr(error, "retry_after", None),
+                on_retry=retrying,
+                monotonic=self._monotonic,
+            )
+        except RetryInterrupted as interrupted:
+            raise ImdsInterrupted() from interrupted
+        except ImdsInterrupted:
+            raise
+        except ImdsError as error:
+            log.warning(
+                "IMDS request failed" + ("; giving up this fetch" if error.kind in RETRYABLE_KINDS else ""),
+                extra={"endpoint": what, "kind": error.kind, "attempts": attempts, "error": str(error)},
+            )
+            raise
 
     def _attempt(self, url: str, stop: threading.Event) -> tuple[bytes, float]:
         """One paced GET under a total deadline and a body cap; the body and latency on 200, an ImdsError otherwise."""

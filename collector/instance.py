@@ -10,6 +10,7 @@ stands in, never an empty one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from collector.decode import valid_text
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
 from collector.model import VmIdentity
 from collector.outbox import OutboxError
-from sevents.retry import Backoff
+from sevents.retry import Backoff, RetryInterrupted, retry
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,10 @@ def fallback_identity(state_dir: Path) -> VmIdentity:
     return VmIdentity(vm_id=vm_id, vm_name="")
 
 
+class IdentityUnavailable(Exception):
+    """Instance metadata could not be read this time (already logged)."""
+
+
 class InstanceCache:
     """The current VmIdentity, kept fresh by ``run(stop)`` in its own thread, apart from the poll loop.
 
@@ -163,15 +168,23 @@ class InstanceCache:
 
     def run(self, stop: threading.Event) -> None:
         """Refresh every ``refresh_s`` until ``stop``; after a failure, retry under the backoff policy."""
-        failures = 0
         while not stop.is_set():
+            # The first try is a single request: the poll loop may be waiting for it.
+            single = not self.attempted.is_set()
             try:
-                # The first try is a single request: the poll loop may be waiting for it.
-                ok = self.refresh(stop, deadline_s=0.0 if not self.attempted.is_set() else None)
-            except ImdsInterrupted:
+                retry(
+                    functools.partial(self._refresh_or_raise, stop, single),
+                    backoff=self._retry,
+                    stop=stop,
+                    retryable=lambda error: isinstance(error, IdentityUnavailable),
+                )
+            except (RetryInterrupted, ImdsInterrupted):
                 return
-            failures = 0 if ok else failures + 1
-            stop.wait(self._refresh_s if ok else self._retry.delay(failures))
+            stop.wait(self._refresh_s)
+
+    def _refresh_or_raise(self, stop: threading.Event, single: bool) -> None:
+        if not self.refresh(stop, deadline_s=0.0 if single else None):
+            raise IdentityUnavailable()
 
     def refresh(self, stop: threading.Event, *, deadline_s: float | None = None) -> bool:
         """Fetch the identity once (retrying within ``deadline_s``); whether it succeeded. Failures are logged."""

@@ -21,10 +21,10 @@ from collector.imds import ImdsClient
 from collector.imds_policy import ImdsPolicy
 from collector.instance import InstanceCache, fallback_identity
 from collector.metrics import CollectorMetrics
-from collector.outbox import Outbox
+from collector.outbox import Outbox, OutboxIOError
 from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink, make_sink
-from collector.statedir import StateDirInUse, load_snapshot, lock_state_dir
+from collector.statedir import StateDirInUse, keep_ballast, load_snapshot, lock_state_dir, release_ballast
 from sevents.retry import Backoff
 
 
@@ -42,7 +42,7 @@ def build_agent(
     with contextlib.ExitStack() as undo:
         undo.callback(os.close, lock_fd)
         metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
-        outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+        outbox = _open_outbox(settings)
         undo.callback(outbox.close)
         client = ImdsClient(
             resolve_base_url(settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs),
@@ -99,6 +99,18 @@ def _lock(settings: CollectorSettings) -> int:
         raise AgentError(str(error)) from error
     except OSError as error:
         raise AgentError(f"cannot use state directory {settings.state_dir}: {error.strerror or error}") from error
+
+
+def _open_outbox(settings: CollectorSettings) -> Outbox:
+    """The outbox; on a full disk, once more after releasing the state dir's ballast (see statedir)."""
+    try:
+        outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+    except OutboxIOError:
+        if not release_ballast(settings.state_dir):
+            raise
+        outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+    keep_ballast(settings.state_dir)
+    return outbox
 
 
 def _shipper(settings: CollectorSettings, outbox: Outbox, sink: Sink) -> Shipper:
