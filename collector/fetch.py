@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import requests
+import urllib3
 from requests.structures import CaseInsensitiveDict
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,11 @@ def bounded_get(
         return result
     if isinstance(result, FetchError):
         raise result
+    # While streaming the body, urllib3 raises its own errors (a short body, a read timeout), not requests'.
+    if isinstance(result, urllib3.exceptions.TimeoutError):
+        raise FetchError("timeout", f"no answer from {url} in time: {result}") from result
+    if isinstance(result, urllib3.exceptions.HTTPError):
+        raise FetchError("connection", f"answer from {url} broken off: {result}") from result
     if isinstance(result, requests.Timeout):
         raise FetchError("timeout", f"no answer from {url} in time: {_reason(result)}") from result
     if isinstance(result, requests.RequestException):

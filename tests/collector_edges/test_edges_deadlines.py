@@ -106,3 +106,21 @@ def test_slow_instance_metadata_never_delays_scheduled_events(imds: FakeImds, se
     assert len(vm_ids) == 1
     assert next(iter(vm_ids)).startswith("unknown-")
     assert INSTANCE["compute"]["vmId"] not in vm_ids
+
+
+def test_an_answer_broken_off_mid_body_is_a_connection_error() -> None:
+    """A body shorter than its Content-Length (the server hung up) is an ImdsError, never another exception."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"DocumentIncarnation"')
+
+    threading.Thread(target=serve, daemon=True).start()
+    policy = ImdsPolicy(min_interval_s=0.0, deadline_s=0.0)
+    with pytest.raises(ImdsError) as caught:
+        ImdsClient(f"http://127.0.0.1:{listener.getsockname()[1]}", policy=policy).scheduled_events(threading.Event())
+    listener.close()
+    assert caught.value.kind == "connection"
