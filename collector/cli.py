@@ -67,8 +67,9 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 < flags. The Event Hubs connection string is read only from SEVENTS_EVENTHUBS_CONNECTION_STRING or a file.
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
-exit status: 0 ok, 1 the poll failed (once), 2 invalid configuration (every problem is listed),
-3 fatal: outbox I/O error or the state directory is in use, 130 interrupted (once).
+exit status: 0 ok, 1 the poll failed or its changes could not be stored (once), 2 invalid configuration
+(every problem is listed), 3 fatal: the state directory is in use or unusable, or (once) the outbox cannot
+be opened, 130 interrupted (once). `run` never exits for IMDS, its answers or a full disk: it retries.
 """
 
 
@@ -179,6 +180,10 @@ def _once(settings: CollectorSettings) -> int:
             return EXIT_INTERRUPTED
         except (ImdsError, DecodeError) as error:
             print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
+            return EXIT_POLL_FAILED
+        if not agent.last_poll_ok:
+            # Read, but the outbox refused the commit (full, or a full disk): nothing was stored.
+            print(f"sevents-collector: not stored: {agent.health.last_poll_error}", file=sys.stderr)
             return EXIT_POLL_FAILED
         out = sys.stdout
         for record in new:
