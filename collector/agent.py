@@ -34,17 +34,15 @@ from collector.instance import InstanceCache
 from collector.metrics import CollectorMetrics
 from collector.model import Document, Snapshot, Transition
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxError, OutboxFull
+from collector.pending import Pending
 from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink
 from collector.transitions import diff
 from collector.versions import align, stamp
-from sevents.records import encode
 
 log = logging.getLogger(__name__)
 
 COLLECTOR_VERSION = sevents.__version__
-# Records held in memory while the outbox refuses commits (a full disk); beyond, states may merge.
-MAX_PENDING_BYTES = 4 * 2**20
 
 
 class AgentError(Exception):
@@ -90,9 +88,7 @@ class Agent:
             parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
         self.started_at = self._clock()
         self._drops_at_start = self.outbox.drops()
-        self._committed = parts.snapshot  # the snapshot on disk; self._snapshot runs ahead while commits fail
-        self._pending: list[dict[str, Any]] = []  # records diffed but not yet stored (the outbox refused them)
-        self._pending_bytes = 0
+        self._pending = Pending(parts.snapshot)  # while commits fail, self._snapshot runs ahead of the disk
         self._instance_worker: threading.Thread | None = None
         self._refresh_outbox_metrics()
 
@@ -120,7 +116,7 @@ class Agent:
         prev = align(self._snapshot, document, response.api_version)
         snapshot, transitions = diff(prev, document, self._clock())
         snapshot = stamp(snapshot, response.api_version)
-        if snapshot is self._snapshot and not self._pending:
+        if snapshot is self._snapshot and not self._pending.records:
             self.health.ok()
             return []
         return self._commit(snapshot, transitions, response.api_version)
@@ -169,16 +165,16 @@ class Agent:
         records = [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
-        batch = [*self._pending, *records]
+        batch = self._pending.batch(records)
         try:
             seqs = self.outbox.commit(batch, snapshot.to_json())
         except OutboxError as error:
             self._defer(snapshot, records, error)
             return []
-        if self._pending:
-            log.info("deferred transitions stored", extra={"count": len(self._pending)})
-        self._snapshot = self._committed = snapshot
-        self._pending, self._pending_bytes = [], 0
+        if self._pending.records:
+            log.info("deferred transitions stored", extra={"count": len(self._pending.records)})
+        self._snapshot = snapshot
+        self._pending.stored(snapshot)
         self.health.ok()
         self._refresh_outbox_metrics()
         if self._parts.shipper is not None:
@@ -192,21 +188,13 @@ class Agent:
         return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
 
     def _defer(self, snapshot: Snapshot, records: Sequence[dict[str, Any]], error: OutboxError) -> None:
-        """The outbox refused the commit (full, or a full disk): keep the records in memory and retry next poll.
-
-        Polling goes on against the new snapshot, so a state that comes and goes meanwhile is still recorded
-        once there is room: the history then equals an unharmed collector's. Past ``MAX_PENDING_BYTES`` the
-        records are let go and the diff falls back to the snapshot on disk: nothing is lost for good, but
-        states that came and went meanwhile merge. A crash loses only memory: the restart diffs the same way.
-        """
+        """The outbox refused the commit: hold the records (see ``collector.pending``), retry next poll."""
         kind = "outbox_full" if isinstance(error, OutboxFull) else "outbox_error"
         self.health.fault(kind)
         self.health.failed(kind, error)
-        self._pending.extend(records)
-        self._pending_bytes += sum(len(encode(r)) for r in records)
         self._snapshot = snapshot
-        if self._pending_bytes > MAX_PENDING_BYTES:
-            self._pending, self._pending_bytes, self._snapshot = [], 0, self._committed
+        if not self._pending.refused(records):
+            self._snapshot = self._pending.committed
             log.error("too much deferred to hold in memory; diffing from the stored snapshot again")
         # On a full disk even the count cannot be written: the fault count above and the log say so.
         if records:
@@ -214,7 +202,7 @@ class Agent:
                 self.outbox.count_drop(DROP_TRANSITIONS_DEFERRED, len(records))
         log.error(
             "outbox refused the commit: transitions deferred",
-            extra={"pending": len(self._pending), "kind": kind, "error": str(error)},
+            extra={"pending": len(self._pending.records), "kind": kind, "error": str(error)},
         )
         self._refresh_outbox_metrics()
 
