@@ -110,7 +110,7 @@ class Agent:
         Setting ``stop`` (default: the event ``run`` was given) abandons the poll with ImdsInterrupted.
         """
         stop = self._stop if stop is None else stop
-        self._first_identity(stop)
+        self._identity_for_poll(stop)
         response = self._fetch(stop)
         document = self._decode(response)
         prev = align(self._snapshot, document, response.api_version)
@@ -121,14 +121,12 @@ class Agent:
             return []
         return self._commit(snapshot, transitions, response.api_version)
 
-    def _first_identity(self, stop: threading.Event) -> None:
-        """Before the first poll, give instance metadata one try, so a healthy VM never records the fallback id."""
-        if self.instance.attempted.is_set():
-            return
+    def _identity_for_poll(self, stop: threading.Event) -> None:
+        """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
+        its first try (at most one request long), so a healthy VM never records the fallback identity."""
         if self._instance_worker is None:
-            self.instance.refresh(stop, deadline_s=0.0)
+            self.instance.refresh_if_due(stop)
             return
-        # The worker is trying: wait for it, but never longer than one request may take.
         deadline = self._monotonic() + self.settings.request_timeout
         while not self.instance.attempted.wait(0.05) and not stop.is_set() and self._monotonic() < deadline:
             pass

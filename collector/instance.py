@@ -16,8 +16,9 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -149,8 +150,12 @@ class InstanceCache:
         refresh_s: float = 300.0,
         retry: Backoff = DEFAULT_RETRY,
         store: StateStore | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
+        self._monotonic = monotonic
+        self._next_try = -float("inf")  # for refresh_if_due
+        self._failures = 0
         self._refresh_s = refresh_s
         self._retry = retry
         self._store = store
@@ -167,13 +172,14 @@ class InstanceCache:
         return self._identity
 
     def run(self, stop: threading.Event) -> None:
-        """Refresh every ``refresh_s`` until ``stop``; after a failure, retry under the backoff policy."""
+        """Refresh every ``refresh_s`` until ``stop``; after a failure, retry under the backoff policy.
+
+        Each try is a single request: the retry policy here is the only one (the poll loop may be waiting).
+        """
         while not stop.is_set():
-            # The first try is a single request: the poll loop may be waiting for it.
-            single = not self.attempted.is_set()
             try:
                 retry(
-                    functools.partial(self._refresh_or_raise, stop, single),
+                    functools.partial(self._refresh_or_raise, stop),
                     backoff=self._retry,
                     stop=stop,
                     retryable=lambda error: isinstance(error, IdentityUnavailable),
@@ -182,8 +188,13 @@ class InstanceCache:
                 return
             stop.wait(self._refresh_s)
 
-    def _refresh_or_raise(self, stop: threading.Event, single: bool) -> None:
-        if not self.refresh(stop, deadline_s=0.0 if single else None):
+    def refresh_if_due(self, stop: threading.Event) -> None:
+        """For callers that poll without ``run`` (``once``, in-process harnesses): one try when one is due."""
+        if self._monotonic() >= self._next_try:
+            self.refresh(stop, deadline_s=0.0)
+
+    def _refresh_or_raise(self, stop: threading.Event) -> None:
+        if not self.refresh(stop, deadline_s=0.0):
             raise IdentityUnavailable()
 
     def refresh(self, stop: threading.Event, *, deadline_s: float | None = None) -> bool:
@@ -198,9 +209,13 @@ class InstanceCache:
                 "instance metadata unavailable; keeping the last known identity",
                 extra={"error": str(error), "vm_id": self._identity.vm_id},
             )
+            self._failures += 1
+            self._next_try = self._monotonic() + self._retry.delay(self._failures)
             return False
         finally:
             self.attempted.set()
+        self._failures = 0
+        self._next_try = self._monotonic() + self._refresh_s
         if fresh != self._identity:
             log.info("VM identity", extra={"vm_id": fresh.vm_id, "vm_name": fresh.vm_name})
             self._identity = fresh

@@ -58,6 +58,7 @@ def build_agent(
             fallback=fallback_identity(settings.state_dir),
             refresh_s=settings.instance_refresh,
             store=outbox,
+            monotonic=monotonic,
         )
         chosen = sink if sink is not None else make_sink(settings)
         shipper = None if chosen is None else _shipper(settings, outbox, chosen)

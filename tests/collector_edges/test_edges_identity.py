@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from collector.instance import FALLBACK_FILE
 from collector.outbox import Outbox, OutboxRow
 from collector.settings import CollectorSettings
 from collector.wiring import build_agent
-from tests.collector_edges.fake_imds import SE_VERSIONS, FakeImds, event
+from tests.collector_edges.fake_imds import INSTANCE, SE_VERSIONS, FakeImds, event
 
 
 def test_collectors_without_instance_metadata_never_share_transition_ids(
@@ -79,3 +80,25 @@ def test_a_version_downgrade_and_the_way_back_invent_no_history(imds: FakeImds, 
 def agent_rows(settings: CollectorSettings) -> list[OutboxRow]:
     with Outbox(settings.outbox_path) as outbox:
         return outbox.pending(limit=10_000)
+
+
+def test_the_identity_is_learned_once_instance_metadata_recovers(imds: FakeImds, settings: CollectorSettings) -> None:
+    """Records carry the fallback while instance metadata fails, the real vmId once a try after its recovery read it."""
+    imds.instance_status = 500
+    imds.set_document(1, [event("e1")])
+    agent = build_agent(dataclasses.replace(settings, retry_deadline=0.0))
+    try:
+        assert agent.poll_once()[0]["vm_id"].startswith("unknown-")
+        imds.instance_status = 200
+        incarnation = 1
+        deadline = time.monotonic() + 30
+        while agent.instance.identity.vm_id != INSTANCE["compute"]["vmId"]:
+            assert time.monotonic() < deadline, "the identity was never fetched again"
+            incarnation += 1
+            imds.set_document(incarnation, [event(f"e{incarnation}")])
+            records = agent.poll_once()
+            time.sleep(0.05)
+        # The poll that learned it already labels its records with it: identity is read before the diff.
+        assert {r["vm_id"] for r in records} == {INSTANCE["compute"]["vmId"]}
+    finally:
+        agent.close()
