@@ -213,15 +213,21 @@ class Outbox:
         return stat.f_bavail * stat.f_frsize
 
     def _checkpoint(self) -> None:
-        """Move the WAL into the database and truncate it once it outgrew ``WAL_LIMIT`` (best effort).
+        """Copy the WAL into the database and cut it off once it outgrew ``WAL_LIMIT`` (best effort, never waiting).
 
-        A reader in the middle of a transaction (the ingest) can hold a checkpoint back; the next commit tries
-        again. Errors here are not the commit's: it is already durable.
+        TRUNCATE waits, through the busy handler, for a reader in the middle of a transaction (the ingest); a
+        commit must never wait for that, so the busy timeout is 0 for the checkpoint: with such a reader it
+        copies what it can and the WAL is cut at a later commit. A WAL held back meanwhile counts against the
+        cap. Errors here are not the commit's: it is already durable.
         """
         if _file_size(self._wal) <= WAL_LIMIT:
             return
         try:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            self._db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         except sqlite3.Error as error:
             log.warning("outbox WAL checkpoint failed; retried at the next commit", extra={"error": str(error)})
 

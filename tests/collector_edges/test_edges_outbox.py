@@ -212,3 +212,26 @@ def test_second_process_reads_and_removes_concurrently(tmp_path: Path) -> None:
         assert removed == committed == list(range(1, total + 1))
         assert outbox.depth() == 0
         assert outbox.payload_bytes() == 0
+
+
+@pytest.mark.parametrize("reader_holds_a_snapshot", [False, True])
+def test_the_cap_bounds_the_files_on_disk_wal_included(tmp_path: Path, reader_holds_a_snapshot: bool) -> None:
+    """Filled until it refuses, the outbox's files (database and WAL) stay within the cap, even while a reader's
+    open transaction keeps the WAL from being checkpointed."""
+    path = tmp_path / "o.sqlite"
+    cap = 256 * 1024
+    with Outbox(path, max_bytes=cap) as outbox:
+        reader = sqlite3.connect(str(path))
+        if reader_holds_a_snapshot:
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM records").fetchall()  # the ingest, mid-read
+        stored = 0
+        with pytest.raises(OutboxFull):
+            for n in range(1, 1000):
+                outbox.commit([transition(n, pad=4_000)], None)
+                stored += 1
+                on_disk = sum(p.stat().st_size for p in tmp_path.glob("o.sqlite*") if not p.name.endswith("-shm"))
+                # A commit is checked before it is written: it may pass the cap by its own pages at most.
+                assert on_disk <= cap + 16 * 4096, f"{on_disk} bytes on disk after {stored} commits"
+        assert stored >= 5  # a reader holding the WAL back makes each commit cost its pages twice: counted
+        reader.close()
