@@ -1,13 +1,16 @@
 """The collector glue: poll IMDS -> decode -> diff -> outbox (one transaction), heartbeats, shipping.
 
 One ``Agent`` is one collector. It works in-process (the demo runs dozens as threads) or as the daemon
-behind ``sevents-collector run``. The pure core (decode, diff, enrich) decides what happened; this module
-only wires the edges to it and keeps the counters a heartbeat reports.
+behind ``sevents-collector run``; ``collector.wiring.build_agent`` builds its parts from the settings. The
+pure core (decode, versions, diff, enrich) decides what happened; this module only wires the edges to it.
+
+Nothing IMDS sends and no state of the disk stops the loop: a failed fetch, an undecodable answer or a
+commit the outbox refuses (full, or a full filesystem) costs that poll only. The snapshot then stays where
+it was, so the next poll that can commit records what changed meanwhile.
 
 Errors::
 
     AgentError          the state directory is in use by another collector, or cannot be created or locked
-    OutboxIOError       (from collector.outbox) disk trouble: propagates, the process stops loudly
 """
 
 from __future__ import annotations
@@ -17,28 +20,25 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
-from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
-
 import sevents
 from collector.decode import DecodeError, decode_document
-from collector.dhcp import resolve_base_url
 from collector.enrich import heartbeat_record, transition_record
-from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
-from collector.imds_policy import ImdsPolicy
+from collector.health import PollHealth
+from collector.imds import ImdsClient, ImdsError, ImdsInterrupted, ImdsResponse
 from collector.instance import InstanceCache
 from collector.metrics import CollectorMetrics
-from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxFull
+from collector.model import Document, Snapshot, Transition
+from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxError, OutboxFull
+from collector.pending import Pending
 from collector.settings import CollectorSettings
-from collector.ship import Shipper, Sink, make_sink
-from collector.statedir import StateDirInUse, load_snapshot, lock_state_dir
+from collector.ship import Shipper, Sink
 from collector.transitions import diff
-from sevents.retry import Backoff
+from collector.versions import align, stamp
 
 log = logging.getLogger(__name__)
 
@@ -54,69 +54,53 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What one collector runs with (built by ``collector.wiring``); the Agent owns and releases them."""
+
+    settings: CollectorSettings
+    lock_fd: int
+    outbox: Outbox
+    client: ImdsClient
+    instance: InstanceCache
+    snapshot: Snapshot
+    sink: Sink | None
+    shipper: Shipper | None
+    metrics: CollectorMetrics
+    clock: Callable[[], datetime] = utc_now
+    monotonic: Callable[[], float] = time.monotonic
+
+
 class Agent:
     """One collector: ``poll_once()`` for a single poll, ``run(stop)`` for the loop with heartbeats and shipping."""
 
-    def __init__(
-        self,
-        settings: CollectorSettings,
-        *,
-        session: requests.Session | None = None,
-        clock: Callable[[], datetime] = utc_now,
-        meter_provider: MeterProvider | None = None,
-        sink: Sink | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.settings = settings
-        self._clock = clock
-        self._monotonic = monotonic
+    def __init__(self, parts: Parts) -> None:
+        self.settings = parts.settings
+        self.outbox, self.client, self.instance = parts.outbox, parts.client, parts.instance
+        self.sink, self.metrics = parts.sink, parts.metrics
+        self._parts = parts
+        self._snapshot = parts.snapshot
+        self._clock, self._monotonic = parts.clock, parts.monotonic
         self._stop = threading.Event()
-        try:
-            settings.state_dir.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = lock_state_dir(settings.state_dir)
-        except StateDirInUse as error:
-            raise AgentError(str(error)) from error
-        except OSError as error:
-            raise AgentError(f"cannot use state directory {settings.state_dir}: {error.strerror or error}") from error
-        with contextlib.ExitStack() as undo:
-            # Should a later step fail (an unusable outbox, a sink that cannot be built), what was acquired is
-            # released again: in-process callers (the demo) may retry, and a leaked lock would refuse them.
-            undo.callback(os.close, self._lock_fd)
-            self.metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
-            self.outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
-            undo.callback(self.outbox.close)
-            policy = ImdsPolicy(
-                first_call_timeout_s=settings.first_call_timeout,
-                read_timeout_s=settings.request_timeout,
-                min_interval_s=settings.min_request_interval,
-                deadline_s=settings.retry_deadline,
-                backoff=Backoff(initial=0.5, cap=10.0),
-            )
-            self.client = ImdsClient(
-                resolve_base_url(
-                    settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs
-                ),
-                api_version=settings.api_version,
-                instance_api_version=settings.instance_api_version,
-                session=session,
-                policy=policy,
-                on_error=self._request_failed,
-                monotonic=monotonic,
-            )
-            undo.callback(self.client.close)
-            self.instance = InstanceCache(self.client, refresh_s=settings.instance_refresh, store=self.outbox)
-            self._snapshot = load_snapshot(self.outbox)
-            self.sink = sink if sink is not None else make_sink(settings)
-            self._shipper = None if self.sink is None else self._make_shipper(self.sink)
-            self.started_at = clock()
-            self.polls = 0
-            self.poll_errors: Counter[str] = Counter()
-            self.last_poll_ok = False
-            self.last_poll_error = ""
-            self._drops_at_start = self.outbox.drops()
-            self._deferred: set[str] = set()  # record_ids refused by a full outbox at the last poll
-            self._refresh_outbox_metrics()
-            undo.pop_all()
+        self.health = PollHealth(parts.metrics)
+        self.client.on_error = self.health.fault
+        if parts.shipper is not None:
+            parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
+        self.started_at = self._clock()
+        self._drops_at_start = self.outbox.drops()
+        self._pending = Pending(parts.snapshot)  # while commits fail, self._snapshot runs ahead of the disk
+        self._instance_worker: threading.Thread | None = None
+        self._refresh_outbox_metrics()
+
+    @property
+    def polls(self) -> int:
+        """Polls made since start."""
+        return self.health.polls
+
+    @property
+    def last_poll_ok(self) -> bool:
+        """Whether the last poll read a document and committed its changes."""
+        return self.health.last_poll_ok
 
     # -- one poll ----------------------------------------------------------------------------------------
     def poll_once(self, stop: threading.Event | None = None) -> list[dict[str, Any]]:
@@ -126,75 +110,115 @@ class Agent:
         Setting ``stop`` (default: the event ``run`` was given) abandons the poll with ImdsInterrupted.
         """
         stop = self._stop if stop is None else stop
-        vm = self.instance.get(stop)
-        self.polls += 1
+        self._identity_for_poll(stop)
+        response = self._fetch(stop)
+        document = self._decode(response)
+        prev = align(self._snapshot, document, response.api_version)
+        snapshot, transitions = diff(prev, document, self._clock())
+        snapshot = stamp(snapshot, response.api_version)
+        if snapshot is self._snapshot and not self._pending.records:
+            self.health.ok()
+            return []
+        return self._commit(snapshot, transitions, response.api_version)
+
+    def _identity_for_poll(self, stop: threading.Event) -> None:
+        """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
+        its first try (at most one request long), so a healthy VM never records the fallback identity."""
+        if self._instance_worker is None:
+            self.instance.refresh_if_due(stop)
+            return
+        deadline = self._monotonic() + self.settings.request_timeout
+        while not self.instance.attempted.wait(0.05) and not stop.is_set() and self._monotonic() < deadline:
+            pass
+
+    def _fetch(self, stop: threading.Event) -> ImdsResponse:
+        self.health.polled()
         try:
             response = self.client.scheduled_events(stop)
         except ImdsInterrupted:
-            self.polls -= 1
+            self.health.unpolled()
             raise
         except ImdsError as error:
-            self._poll_failed(error.kind, error)
+            self.health.failed(error.kind, error)
             raise
         self.metrics.latency(response.latency_s, "scheduled_events")
+        return response
+
+    def _decode(self, response: ImdsResponse) -> Document:
         try:
             document = decode_document(response.body)
         except DecodeError as error:
-            self._request_failed("decode")
-            self._poll_failed("decode", error)
+            self.health.fault("decode")
+            self.health.failed("decode", error)
             raise
-        snapshot, transitions = diff(self._snapshot, document, self._clock())
-        self.last_poll_ok, self.last_poll_error = True, ""
-        self.metrics.poll(ok=True)
-        if snapshot is self._snapshot:
-            return []
+        if document.repairs:
+            # Stored with the repaired values (U+FFFD), and counted, so the odd answer is visible.
+            self.health.fault("repaired")
+            log.warning("IMDS document had invalid values; repaired", extra={"repairs": list(document.repairs[:5])})
+        return document
+
+    def _commit(self, snapshot: Snapshot, transitions: Sequence[Transition], api_version: str) -> list[dict[str, Any]]:
+        """Store what earlier polls could not, then this poll's records, with the snapshot, in one transaction."""
+        vm = self.instance.identity
         records = [
-            transition_record(t, vm, api_version=response.api_version, collector_version=COLLECTOR_VERSION)
-            for t in transitions
+            transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
+        batch = self._pending.batch(records)
         try:
-            seqs = self.outbox.commit(records, snapshot.to_json())
-        except OutboxFull as error:
-            # The snapshot stays where it was, so these changes are found again once there is room. Count each
-            # deferred transition once, not once per poll while the outbox stays full.
-            ids = {str(r["record_id"]) for r in records}
-            fresh = ids - self._deferred
-            self._deferred = ids
-            if fresh:
-                self.outbox.count_drop(DROP_TRANSITIONS_DEFERRED, len(fresh))
-            log.error("outbox full: transitions deferred", extra={"count": len(records), "error": str(error)})
-            self._refresh_outbox_metrics()
+            seqs = self.outbox.commit(batch, snapshot.to_json())
+        except OutboxError as error:
+            self._defer(snapshot, records, error)
             return []
+        if self._pending.records:
+            log.info("deferred transitions stored", extra={"count": len(self._pending.records)})
         self._snapshot = snapshot
-        self._deferred = set()
+        self._pending.stored(snapshot)
+        self.health.ok()
+        self._refresh_outbox_metrics()
+        if self._parts.shipper is not None:
+            self._parts.shipper.wake()
         for t in transitions:
             self.metrics.transition(t.kind)
-        self._refresh_outbox_metrics()
-        if self._shipper is not None:
-            self._shipper.wake()
-        for t in transitions:
             log.info(
                 "transition",
                 extra={"kind": t.kind, "event_id": t.event_id, "status": t.status, "incarnation": t.incarnation},
             )
-        return [{**r, "seq": s} for r, s in zip(records, seqs, strict=True)]
+        return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
+
+    def _defer(self, snapshot: Snapshot, records: Sequence[dict[str, Any]], error: OutboxError) -> None:
+        """The outbox refused the commit: hold the records (see ``collector.pending``), retry next poll."""
+        kind = "outbox_full" if isinstance(error, OutboxFull) else "outbox_error"
+        self.health.fault(kind)
+        self.health.failed(kind, error)
+        self._snapshot = snapshot
+        if not self._pending.refused(records):
+            self._snapshot = self._pending.committed
+            log.error("too much deferred to hold in memory; diffing from the stored snapshot again")
+        # On a full disk even the count cannot be written: the fault count above and the log say so.
+        if records:
+            with contextlib.suppress(OutboxError):
+                self.outbox.count_drop(DROP_TRANSITIONS_DEFERRED, len(records))
+        log.error(
+            "outbox refused the commit: transitions deferred",
+            extra={"pending": len(self._pending.records), "kind": kind, "error": str(error)},
+        )
+        self._refresh_outbox_metrics()
 
     def heartbeat(self) -> dict[str, Any] | None:
         """Commit one heartbeat record; it with its seq, or None if the full outbox refused it (counted)."""
         current = self.outbox.drops()
-        drops = {
-            r: n - self._drops_at_start.get(r, 0) for r, n in current.items() if n > self._drops_at_start.get(r, 0)
-        }
+        start = self._drops_at_start
+        drops = {r: n - start.get(r, 0) for r, n in current.items() if n > start.get(r, 0)}
         record = heartbeat_record(
             self.instance.identity,
             observed_at=self._clock(),
             api_version=self.client.api_version,
             collector_version=COLLECTOR_VERSION,
             last_incarnation=self._snapshot.incarnation,
-            last_poll_ok=self.last_poll_ok,
-            last_poll_error=self.last_poll_error,
-            polls=self.polls,
-            poll_errors=dict(self.poll_errors),
+            last_poll_ok=self.health.last_poll_ok,
+            last_poll_error=self.health.last_poll_error,
+            polls=self.health.polls,
+            poll_errors=self.health.faults(),
             active_events=len(self._snapshot.events),
             outbox_depth=self.outbox.depth(),
             drops=drops,
@@ -209,7 +233,8 @@ class Agent:
         """Poll every ``poll_interval`` with a heartbeat every ``heartbeat_interval`` until ``stop``; then drain."""
         self._stop = stop
         shipper_stop = threading.Event()
-        shipper_thread, shipper_failure = self._start_shipper(shipper_stop, stop)
+        failure: list[BaseException] = []
+        threads = self._start_workers(stop, shipper_stop, failure)
         log.info(
             "collector started",
             extra={
@@ -218,39 +243,62 @@ class Agent:
                 "sink": self.settings.sink,
             },
         )
-        next_heartbeat = self._monotonic()
         try:
-            while not stop.is_set():
-                tick = self._monotonic()
-                try:
-                    self.poll_once()
-                except ImdsInterrupted:
-                    break
-                except (ImdsError, DecodeError):
-                    pass  # counted and logged; the next tick polls again
-                if self._monotonic() >= next_heartbeat:
-                    self.heartbeat()
-                    next_heartbeat = self._monotonic() + self.settings.heartbeat_interval
-                stop.wait(max(0.0, tick + self.settings.poll_interval - self._monotonic()))
+            self._loop(stop)
         finally:
             shipper_stop.set()
-            if shipper_thread is not None and self._shipper is not None:
-                shipper_thread.join()
-                if not shipper_failure:
-                    self._shipper.flush(self.settings.drain_timeout)
-        if shipper_failure:
-            raise shipper_failure[0]
-        log.info("collector stopped", extra={"polls": self.polls, "outbox_depth": self.outbox.depth()})
+            for thread in threads:
+                thread.join(timeout=5.0)
+            if self._parts.shipper is not None and not failure:
+                self._parts.shipper.flush(self.settings.drain_timeout)
+        if failure:
+            raise failure[0]
+        log.info("collector stopped", extra={"polls": self.health.polls, "outbox_depth": self.outbox.depth()})
 
-    def _start_shipper(
-        self, shipper_stop: threading.Event, stop: threading.Event
-    ) -> tuple[threading.Thread | None, list[BaseException]]:
-        failure: list[BaseException] = []
-        shipper = self._shipper
+    def _loop(self, stop: threading.Event) -> None:
+        next_heartbeat = self._monotonic()
+        while not stop.is_set():
+            tick = self._monotonic()
+            if not self._poll_guarded():
+                return
+            if self._monotonic() >= next_heartbeat:
+                self._heartbeat_guarded()
+                next_heartbeat = self._monotonic() + self.settings.heartbeat_interval
+            stop.wait(max(0.0, tick + self.settings.poll_interval - self._monotonic()))
+
+    def _poll_guarded(self) -> bool:
+        """One poll whatever happens in it; False once shutdown interrupted it."""
+        try:
+            self.poll_once()
+        except ImdsInterrupted:
+            return False
+        except (ImdsError, DecodeError):
+            pass  # counted and logged; the next tick polls again
+        except Exception as error:
+            self.health.fault("internal")
+            self.health.failed("internal", error)
+            log.exception("poll failed unexpectedly")
+        return True
+
+    def _heartbeat_guarded(self) -> None:
+        try:
+            self.heartbeat()
+        except OutboxError as error:
+            self.health.fault("outbox_error")
+            log.error("heartbeat not stored", extra={"error": str(error)})
+
+    def _start_workers(
+        self, stop: threading.Event, shipper_stop: threading.Event, failure: list[BaseException]
+    ) -> list[threading.Thread]:
+        self._instance_worker = threading.Thread(
+            target=self.instance.run, args=(stop,), name="collector-instance", daemon=True
+        )
+        self._instance_worker.start()
+        shipper = self._parts.shipper
         if shipper is None:
-            return None, failure
+            return [self._instance_worker]
 
-        def work() -> None:
+        def ship() -> None:
             try:
                 shipper.run(shipper_stop)
             except BaseException as error:
@@ -258,42 +306,26 @@ class Agent:
                 failure.append(error)
                 stop.set()
 
-        thread = threading.Thread(target=work, name="collector-shipper", daemon=True)
-        thread.start()
-        return thread, failure
+        shipping = threading.Thread(target=ship, name="collector-shipper", daemon=True)
+        shipping.start()
+        return [self._instance_worker, shipping]
 
     def flush(self, timeout: float) -> int:
         """Ship what is pending for up to ``timeout`` seconds (no-op for the local sink); rows left."""
-        if self._shipper is not None:
-            self._shipper.flush(timeout)
+        if self._parts.shipper is not None:
+            self._parts.shipper.flush(timeout)
         return self.outbox.depth()
 
     def close(self) -> None:
         """Release the sink, the outbox, the HTTP session and the state-dir lock; say what was not shipped."""
-        if self._shipper is not None:
-            self._shipper.shutdown(0.0)
+        if self._parts.shipper is not None:
+            self._parts.shipper.shutdown(0.0)
         self.client.close()
         self.outbox.close()
-        os.close(self._lock_fd)
-
-    def _make_shipper(self, sink: Sink) -> Shipper:
-        return Shipper(
-            self.outbox,
-            sink,
-            batch=self.settings.ship_batch,
-            max_wait_s=self.settings.ship_max_wait,
-            on_shipped=lambda n: self._refresh_outbox_metrics(),
-        )
-
-    # -- counters ----------------------------------------------------------------------------------------
-    def _request_failed(self, kind: str) -> None:
-        self.poll_errors[kind] += 1
-        self.metrics.poll_error(kind)
-
-    def _poll_failed(self, kind: str, error: Exception) -> None:
-        self.last_poll_ok, self.last_poll_error = False, kind
-        self.metrics.poll(ok=False)
-        log.warning("poll failed", extra={"kind": kind, "error": str(error)})
+        os.close(self._parts.lock_fd)
 
     def _refresh_outbox_metrics(self) -> None:
-        self.metrics.outbox(self.outbox.depth(), self.outbox.size_bytes(), self.outbox.drops())
+        try:
+            self.metrics.outbox(self.outbox.depth(), self.outbox.size_bytes(), self.outbox.drops())
+        except OutboxError as error:
+            log.warning("cannot read the outbox figures", extra={"error": str(error)})

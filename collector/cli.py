@@ -15,15 +15,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from collector.agent import Agent, AgentError
+from collector.agent import AgentError
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
 from collector.outbox import Outbox, OutboxError
 from collector.settings import SECTION, CollectorSettings, load_settings
+from collector.wiring import build_agent
 from sevents import records
 from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
+from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import make_meter_provider
 
 log = logging.getLogger("collector")
@@ -32,6 +34,7 @@ EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL, EXIT_INTERRUPTED = 0, 1, 2, 
 # `once` is run by people and scripts waiting for an answer: unless a retry deadline is configured, each IMDS
 # request gives up after this long instead of the daemon's 75 s (which rides out a ~70 s IMDS update).
 ONCE_RETRY_DEADLINE = 8.0
+START_RETRY = Backoff(initial=1.0, cap=30.0)
 
 _HELP = {
     "imds_url": "IMDS base URL; /metadata/... is appended (default http://169.254.169.254)",
@@ -45,7 +48,8 @@ _HELP = {
     "first_call_timeout": "read timeout of the first call, which may take up to 2 minutes (default 130)",
     "min_request_interval": "minimum seconds between our IMDS requests (default 0.4; IMDS allows ~5/s per VM)",
     "retry_deadline": "seconds one fetch keeps retrying 410/429/5xx/timeouts (default 75; once: 8)",
-    "outbox_max_bytes": "bound of the outbox payload bytes (default 64 MiB); heartbeats give way first",
+    "api_version_retry": "seconds after a refused api-version before asking for it again (default 3600)",
+    "outbox_max_bytes": "bound of the outbox on disk, WAL included (default 64 MiB); heartbeats give way first",
     "discover_endpoint": "non-VNET VMs: take the IMDS address from DHCP option 245 in the lease files",
     "dhcp_lease_globs": "comma-separated lease file globs searched for option 245",
     "sink": "local (sevents-ingest reads the outbox; default) or eventhubs",
@@ -63,8 +67,9 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 < flags. The Event Hubs connection string is read only from SEVENTS_EVENTHUBS_CONNECTION_STRING or a file.
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
-exit status: 0 ok, 1 the poll failed (once), 2 invalid configuration (every problem is listed),
-3 fatal: outbox I/O error or the state directory is in use, 130 interrupted (once).
+exit status: 0 ok, 1 the poll failed or its changes could not be stored (once), 2 invalid configuration
+(every problem is listed), 3 fatal: the state directory is in use or unusable, or (once) the outbox cannot
+be opened, 130 interrupted (once). `run` never exits for IMDS, its answers or a full disk: it retries.
 """
 
 
@@ -162,7 +167,7 @@ def _configured(name: str, file: Path | None, flags: Mapping[str, Any]) -> bool:
 def _once(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
-    agent = Agent(settings)
+    agent = build_agent(settings)
     try:
         log.info(
             "polling IMDS once",
@@ -175,6 +180,10 @@ def _once(settings: CollectorSettings) -> int:
             return EXIT_INTERRUPTED
         except (ImdsError, DecodeError) as error:
             print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
+            return EXIT_POLL_FAILED
+        if not agent.last_poll_ok:
+            # Read, but the outbox refused the commit (full, or a full disk): nothing was stored.
+            print(f"sevents-collector: not stored: {agent.health.last_poll_error}", file=sys.stderr)
             return EXIT_POLL_FAILED
         out = sys.stdout
         for record in new:
@@ -202,7 +211,19 @@ def _run(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     provider = make_meter_provider("sevents-collector")
-    agent = Agent(settings, meter_provider=provider)
+    try:
+        # An outbox that cannot be opened (a full disk) is waited out, never a reason to exit: a supervisor
+        # restarting us would find the same disk, and meanwhile nobody would try again.
+        agent = retry(
+            lambda: build_agent(settings, meter_provider=provider),
+            backoff=START_RETRY,
+            stop=stop,
+            retryable=lambda error: isinstance(error, OutboxError),
+            on_retry=lambda note: log.error("cannot open the outbox; trying again", extra={"error": str(note.error)}),
+        )
+    except RetryInterrupted:
+        provider.shutdown()
+        return EXIT_OK
     try:
         agent.run(stop)
     except ImdsInterrupted:

@@ -63,16 +63,19 @@ def decode_document(body: bytes) -> Document:
     incarnation = _integer(raw["DocumentIncarnation"], "DocumentIncarnation")
     if incarnation is None:
         raise DecodeError("DocumentIncarnation is null or blank")
+    if not _INT64[0] <= incarnation <= _INT64[1]:
+        raise DecodeError(f"DocumentIncarnation {_clip(str(incarnation))} is out of range")
     items = raw.get("Events")
     if not isinstance(items, list):
         raise DecodeError(f"Events is {_kind(items)}, not a list")
-    events = tuple(_event(item, i) for i, item in enumerate(items))
+    repairs: list[str] = []
+    events = tuple(_event(item, i, repairs) for i, item in enumerate(items))
     seen: set[str] = set()
     for event in events:
         if event.event_id in seen:
             raise DecodeError(f"EventId {_clip(event.event_id)!r} appears twice in one document")
         seen.add(event.event_id)
-    return Document(incarnation=incarnation, events=events)
+    return Document(incarnation=incarnation, events=events, repairs=tuple(repairs))
 
 
 def parse_not_before(value: Any, where: str = "NotBefore") -> datetime | None:
@@ -99,18 +102,36 @@ def parse_not_before(value: Any, where: str = "NotBefore") -> datetime | None:
 
 
 _ISO = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
 _EXTRA_DIGITS = re.compile(r"(\.[0-9]{6})[0-9]+")
 _MAX_SHOWN = 80
 
 
-def _event(item: Any, index: int) -> Event:
+def valid_text(text: str) -> tuple[str, bool]:
+    """``text`` with every lone surrogate replaced by U+FFFD, and whether any was.
+
+    JSON may escape a lone surrogate (``"\\ud800"``), and Python's json decodes it into a str that no UTF-8
+    encoder accepts: stored or encoded as it is, it would crash the collector at every poll.
+    """
+    if not _SURROGATE.search(text):
+        return text, False
+    return _SURROGATE.sub("\ufffd", text), True
+
+
+def _event(item: Any, index: int, repairs: list[str]) -> Event:
     where = f"Events[{index}]"
     if not isinstance(item, dict):
         raise DecodeError(f"{where} is {_kind(item)}, not an object")
-    event_id = _string(item.get("EventId"), f"{where}.EventId")
+
+    def text(key: str) -> str | None:
+        return _string(item.get(key), f"{where}.{key}", repairs)
+
+    event_id = text("EventId")
     if event_id is None or not event_id:
         raise DecodeError(f"{where}.EventId is missing or blank")
-    status = _string(item.get("EventStatus"), f"{where}.EventStatus")
+    status = text("EventStatus")
     if status is None:
         raise DecodeError(f"{where}.EventStatus is missing")
     resources = item.get("Resources", [])
@@ -118,22 +139,34 @@ def _event(item: Any, index: int) -> Event:
         resources = []
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise DecodeError(f"{where}.Resources is {_kind(resources)}, not a list of strings")
+    duration = _integer(item.get("DurationInSeconds"), f"{where}.DurationInSeconds")
+    if duration is not None and not _INT32[0] <= duration <= _INT32[1]:
+        # One absurd optional field must not cost the event: it is unknown, and the repair is counted.
+        repairs.append(f"{where}.DurationInSeconds out of range")
+        duration = None
     return Event(
         event_id=event_id,
-        event_type=_string(item.get("EventType"), f"{where}.EventType") or "",
-        resource_type=_string(item.get("ResourceType"), f"{where}.ResourceType") or "",
-        resources=tuple(r.removeprefix("_") for r in resources),
+        event_type=text("EventType") or "",
+        resource_type=text("ResourceType") or "",
+        resources=tuple(_string(r, f"{where}.Resources", repairs) or "" for r in resources),
         status=status,
         not_before=parse_not_before(item.get("NotBefore"), f"{where}.NotBefore"),
-        description=_string(item.get("Description"), f"{where}.Description"),
-        event_source=_string(item.get("EventSource"), f"{where}.EventSource"),
-        duration_s=_integer(item.get("DurationInSeconds"), f"{where}.DurationInSeconds"),
+        description=text("Description"),
+        event_source=text("EventSource"),
+        duration_s=duration,
     )
 
 
-def _string(value: Any, where: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
+def _string(value: Any, where: str, repairs: list[str]) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if where.endswith(".Resources"):
+            value = value.removeprefix("_")
+        fixed, repaired = valid_text(value)
+        if repaired:
+            repairs.append(f"{where}: invalid text replaced")
+        return fixed
     raise DecodeError(f"{where} is {_kind(value)}, not a string")
 
 

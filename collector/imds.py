@@ -1,7 +1,8 @@
 """The IMDS HTTP edge: GET Scheduled Events and instance metadata, never via a proxy, under a written retry policy.
 
-Theory of operation. Each request runs in a short-lived daemon thread while the caller waits on it and on
-``stop``, so the first call may take the documented two minutes yet shutdown returns at once. Requests carry
+Theory of operation. Each request is one ``collector.fetch.bounded_get``: a total deadline (the read timeout
+bounds the whole answer, not each read), a body cap, and ``stop`` ending the wait at once, so the first call
+may take the documented two minutes yet shutdown returns at once, and a trickling server holds no poll. Requests carry
 ``Metadata: true``, never ``X-Forwarded-For``, ignore every proxy setting (``trust_env=False`` and explicit
 empty ``proxies``), and never follow redirects. Requests from one client are spaced by ``min_interval_s`` so
 the collector stays well below the ~5 requests/s that IMDS allows per VM across all agents. What is retried,
@@ -15,6 +16,7 @@ Errors::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -26,6 +28,7 @@ from typing import Final
 import requests
 
 import sevents
+from collector.fetch import NO_PROXY, Answer, FetchError, FetchInterrupted, bounded_get
 from collector.imds_policy import (
     DEFAULT_API_VERSION,
     DEFAULT_INSTANCE_API_VERSION,
@@ -37,14 +40,11 @@ from collector.imds_policy import (
     newest_versions,
     parse_retry_after,
 )
+from sevents.retry import RetryInterrupted, RetryNote, retry
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "http://169.254.169.254"
-
-# Empty strings, not None: requests drops None entries when merging, "" survives and means "no proxy".
-_NO_PROXY: Final = {"http": "", "https": "", "all": "", "no": ""}
-_STILL_WAITING_S: Final = 10.0
 
 
 class ImdsError(Exception):
@@ -103,7 +103,7 @@ def new_session() -> requests.Session:
 def harden(session: requests.Session) -> requests.Session:
     """Make any session safe for IMDS (also one passed in by a caller)."""
     session.trust_env = False
-    session.proxies = dict(_NO_PROXY)
+    session.proxies = dict(NO_PROXY)
     session.headers.pop("X-Forwarded-For", None)
     session.headers["User-Agent"] = f"sevents-collector/{sevents.__version__}"
     return session
@@ -128,10 +128,13 @@ class ImdsClient:
         self.instance_api_version = instance_api_version
         self.policy = policy or ImdsPolicy()
         self._session = harden(session) if session is not None else new_session()
-        self._on_error = on_error or (lambda kind: None)
+        self.on_error = on_error or (lambda kind: None)  # the agent counts every failed request
         self._monotonic = monotonic
         self._warm = False  # becomes True at the first HTTP response: IMDS is past its slow first call
         self._last_request = -float("inf")
+        self._pace = threading.Lock()  # the poll loop and the instance-metadata worker share the spacing
+        self._preferred = api_version  # after a downgrade, tried again from time to time
+        self._upward_at = float("inf")
 
     def close(self) -> None:
         """Release pooled connections."""
@@ -139,8 +142,18 @@ class ImdsClient:
 
     def scheduled_events(self, stop: threading.Event) -> ImdsResponse:
         """GET the Scheduled Events document (negotiating the api-version if IMDS refuses ours)."""
-        response = self._fetch(stop, "scheduled_events", SCHEDULED_EVENTS_VERSIONS)
+        version = self.api_version
+        if version != self._preferred and self._monotonic() >= self._upward_at:
+            # IMDS may have been updated since it refused the newer version: ask again, now and then.
+            log.info("trying the newer api-version again", extra={"current": version, "trying": self._preferred})
+            version = self._preferred
+        response = self._fetch(stop, "scheduled_events", SCHEDULED_EVENTS_VERSIONS, None, version)
         self.api_version = response.api_version
+        now = self._monotonic()
+        if response.api_version == self._preferred:
+            self._upward_at = float("inf")
+        elif now >= self._upward_at or self._upward_at == float("inf"):
+            self._upward_at = now + self.policy.retry_newer_after_s
         return response
 
     def instance(self, stop: threading.Event, *, deadline_s: float | None = None) -> ImdsResponse:
@@ -148,139 +161,127 @@ class ImdsClient:
 
         ``deadline_s`` overrides the policy's retry deadline (0: a single try).
         """
-        response = self._fetch(stop, "instance", (), deadline_s)
+        response = self._fetch(stop, "instance", (), deadline_s, self.instance_api_version)
         self.instance_api_version = response.api_version
         return response
 
     def _fetch(
-        self, stop: threading.Event, what: str, supported: Sequence[str], deadline_s: float | None = None
+        self, stop: threading.Event, what: str, supported: Sequence[str], deadline_s: float | None, version: str
     ) -> ImdsResponse:
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
-        version = self.api_version if what == "scheduled_events" else self.instance_api_version
         tried = {version}
-        started = self._monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            url = (scheduled_events_url if what == "scheduled_events" else instance_url)(self.base_url, version)
-            try:
-                body, latency = self._attempt(url, stop)
-                return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempt)
-            except ImdsInterrupted:
-                raise
-            except ImdsError as error:
-                self._on_error(error.kind)
-                if error.kind == "version":
-                    choice = choose_version(error.offered, supported or error.offered, tried)
-                    if choice is not None:
-                        log.warning(
-                            "IMDS refused api-version; switching",
-                            extra={"endpoint": what, "refused": version, "chosen": choice},
-                        )
-                        version = choice
-                        tried.add(choice)
-                        continue
-                if error.kind not in RETRYABLE_KINDS:
-                    log.warning(
-                        "IMDS request failed", extra={"endpoint": what, "kind": error.kind, "error": str(error)}
-                    )
+        attempts = 0
+
+        def attempt() -> ImdsResponse:
+            # One try, and at once another with a version IMDS names after a 400 that names newest-versions.
+            nonlocal version, attempts
+            while True:
+                attempts += 1
+                url = (scheduled_events_url if what == "scheduled_events" else instance_url)(self.base_url, version)
+                try:
+                    body, latency = self._attempt(url, stop)
+                    return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempts)
+                except ImdsInterrupted:
                     raise
-                delay = self.policy.backoff.delay(attempt, error.retry_after)
-                elapsed = self._monotonic() - started
-                if elapsed + delay > deadline:
+                except ImdsError as error:
+                    self.on_error(error.kind)
+                    choice = None
+                    if error.kind == "version":
+                        choice = choose_version(error.offered, supported or error.offered, tried)
+                    if choice is None:
+                        raise
                     log.warning(
-                        "IMDS request failed; giving up this fetch",
-                        extra={"endpoint": what, "kind": error.kind, "attempts": attempt, "error": str(error)},
+                        "IMDS refused api-version; switching",
+                        extra={"endpoint": what, "refused": version, "chosen": choice},
                     )
-                    raise
-                # Say what failed, when the next try comes and when this fetch gives up: a person running
-                # `sevents-collector once` against an unreachable IMDS must not face a silent wait.
-                log.info(
-                    "IMDS request failed; retrying",
-                    extra={
-                        "endpoint": what,
-                        "kind": error.kind,
-                        "attempt": attempt,
-                        "delay_s": round(delay, 3),
-                        "gives_up_in_s": round(max(0.0, deadline - elapsed), 1),
-                        "error": str(error),
-                    },
-                )
-                if stop.wait(delay):
-                    raise ImdsInterrupted() from error
+                    version = choice
+                    tried.add(choice)
+
+        def retrying(note: RetryNote) -> None:
+            # Say what failed, when the next try comes and when this fetch gives up: a person running
+            # `sevents-collector once` against an unreachable IMDS must not face a silent wait.
+            error = note.error
+            log.info(
+                "IMDS request failed; retrying",
+                extra={
+                    "endpoint": what,
+                    "kind": getattr(error, "kind", ""),
+                    "attempt": note.attempt,
+                    "delay_s": round(note.delay, 3),
+                    "gives_up_in_s": round(max(0.0, deadline - note.elapsed), 1),
+                    "error": str(error),
+                },
+            )
+
+        try:
+            return retry(
+                attempt,
+                backoff=dataclasses.replace(self.policy.backoff, deadline=deadline),
+                stop=stop,
+                retryable=lambda error: isinstance(error, ImdsError) and error.kind in RETRYABLE_KINDS,
+                retry_after=lambda error: getattr(error, "retry_after", None),
+                on_retry=retrying,
+                monotonic=self._monotonic,
+            )
+        except RetryInterrupted as interrupted:
+            raise ImdsInterrupted() from interrupted
+        except ImdsInterrupted:
+            raise
+        except ImdsError as error:
+            log.warning(
+                "IMDS request failed" + ("; giving up this fetch" if error.kind in RETRYABLE_KINDS else ""),
+                extra={"endpoint": what, "kind": error.kind, "attempts": attempts, "error": str(error)},
+            )
+            raise
 
     def _attempt(self, url: str, stop: threading.Event) -> tuple[bytes, float]:
-        """One paced GET; the body and latency on 200, an ImdsError otherwise."""
-        wait = self._last_request + self.policy.min_interval_s - self._monotonic()
+        """One paced GET under a total deadline and a body cap; the body and latency on 200, an ImdsError otherwise."""
+        with self._pace:
+            # Claim the next free moment, so the two threads that share this client never send together.
+            slot = max(self._monotonic(), self._last_request + self.policy.min_interval_s)
+            self._last_request = slot
+        wait = slot - self._monotonic()
         if wait > 0 and stop.wait(wait):
             raise ImdsInterrupted()
-        self._last_request = self._monotonic()
-        read_timeout = self.policy.read_timeout_s if self._warm else self.policy.first_call_timeout_s
-        response = self._send(url, (self.policy.connect_timeout_s, read_timeout), stop)
-        latency = self._monotonic() - self._last_request
+        begun = self._monotonic()
+        total = self.policy.read_timeout_s if self._warm else self.policy.first_call_timeout_s
+        try:
+            answer = bounded_get(
+                self._session,
+                url,
+                headers={"Metadata": "true"},
+                connect_timeout_s=self.policy.connect_timeout_s,
+                total_s=total,
+                max_bytes=self.policy.max_body_bytes,
+                stop=stop,
+                monotonic=self._monotonic,
+                on_send=self._sent,
+                logger=log,
+            )
+        except FetchInterrupted as error:
+            raise ImdsInterrupted() from error
+        except FetchError as error:
+            raise ImdsError(error.kind, f"IMDS {url}: {error}") from error
+        latency = self._monotonic() - begun
         self._warm = True
-        if response.status_code == 200:
-            return response.content, latency
-        raise _http_error(response)
+        if answer.status == 200:
+            return answer.body, latency
+        raise _http_error(answer)
 
-    def _send(self, url: str, timeout: tuple[float, float], stop: threading.Event) -> requests.Response:
-        outcome: list[requests.Response | BaseException] = []
-        done = threading.Event()
-
-        def work() -> None:
-            try:
-                response = self._session.get(
-                    url,
-                    headers={"Metadata": "true"},
-                    timeout=timeout,
-                    allow_redirects=False,
-                    proxies=_NO_PROXY,
-                )
-                _ = response.content  # read the body here, so the waiting side never blocks on it
-                outcome.append(response)
-            except BaseException as error:  # noqa: BLE001 -- handed to the waiting thread, which translates it
-                outcome.append(error)
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="imds-request", daemon=True).start()
-        # Wait for the request or for shutdown, whichever comes first; an abandoned request ends by its timeout.
-        # A slow request (the first call may take 2 minutes) is logged now and then, so a wait is never silent.
-        started = self._monotonic()
-        next_note = started + _STILL_WAITING_S
-        while not done.wait(0.1):
-            if stop.is_set():
-                raise ImdsInterrupted()
-            now = self._monotonic()
-            if now >= next_note:
-                log.info(
-                    "still waiting for IMDS",
-                    extra={"url": url, "waited_s": round(now - started), "read_timeout_s": timeout[1]},
-                )
-                next_note = now + _STILL_WAITING_S
-        result = outcome[0]
-        if isinstance(result, requests.Response):
-            return result
-        if isinstance(result, requests.Timeout):
-            raise ImdsError("timeout", f"IMDS did not answer {url} in time: {_reason(result)}") from result
-        if isinstance(result, requests.RequestException):
-            raise ImdsError("connection", f"cannot reach IMDS at {url}: {_reason(result)}") from result
-        raise result
+    def _sent(self) -> None:
+        # Pacing counts from the moment a request leaves, not from when its thread was asked to send it:
+        # the two differ by thread start-up, which a loaded machine stretches.
+        with self._pace:
+            self._last_request = max(self._last_request, self._monotonic())
 
 
-def _http_error(response: requests.Response) -> ImdsError:
-    status = response.status_code
+def _http_error(answer: Answer) -> ImdsError:
+    status = answer.status
     kind = classify(status)
-    detail = response.text[:300]
+    detail = answer.body[:300].decode("utf-8", "replace")
     if status == 400:
-        offered = newest_versions(response.content)
+        offered = newest_versions(answer.body)
         if offered is not None:
             return ImdsError("version", f"IMDS refused the api-version: {detail}", status, offered=offered)
-    retry_after = parse_retry_after(response.headers.get("Retry-After"), datetime.now(UTC))
-    return ImdsError(kind, f"IMDS answered {status} for {response.url}: {detail}", status, retry_after=retry_after)
-
-
-def _reason(error: BaseException) -> str:
-    """The innermost useful message of a requests/urllib3 error (they nest MaxRetryError(reason=...))."""
-    inner = error.args[0] if error.args else error
-    return str(getattr(inner, "reason", inner))
+    retry_after = parse_retry_after(answer.headers.get("Retry-After"), datetime.now(UTC))
+    return ImdsError(kind, f"IMDS answered {status} for {answer.url}: {detail}", status, retry_after=retry_after)

@@ -3,7 +3,8 @@
 Retry policy (per fetch): retry on 429 (Retry-After is a floor), 410 (IMDS updating, up to ~70 s), 5xx,
 timeouts and connection errors, with full-jitter exponential backoff, until ``deadline_s`` has passed.
 A 400 naming ``newest-versions`` switches to the newest api-version we support among them and tries again
-at once. Anything else (redirects, other 4xx) fails the fetch without retry. ``collector.imds`` applies
+at once; the configured version is asked for again every ``retry_newer_after_s``. Anything else
+(redirects, other 4xx) fails the fetch without retry. ``collector.imds`` applies
 this policy to real HTTP; everything here is a pure function of its arguments.
 """
 
@@ -44,9 +45,11 @@ class ImdsPolicy:
     """Timeouts, pacing and retry of the client."""
 
     connect_timeout_s: float = 3.0
-    first_call_timeout_s: float = 130.0  # the docs allow the very first call up to 2 minutes
-    read_timeout_s: float = 10.0
+    first_call_timeout_s: float = 130.0  # the whole first answer; the docs allow the first call up to 2 minutes
+    read_timeout_s: float = 10.0  # the whole answer (headers and body), not each read
+    max_body_bytes: int = 256 * 1024  # an IMDS document is a few KiB; more is a fault of that fetch
     min_interval_s: float = 0.4  # at most 2.5 requests/s from this client
+    retry_newer_after_s: float = 3600.0  # after a downgrade, ask for the configured api-version again this often
     deadline_s: float = 75.0  # one fetch gives up after this long (410 lasts up to ~70 s)
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.5, cap=10.0))
 

@@ -43,6 +43,7 @@ class Document:
 
     incarnation: int
     events: tuple[Event, ...]
+    repairs: tuple[str, ...] = ()  # where decode made a value safe (a lone surrogate, an absurd number)
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,12 @@ class Snapshot:
     events: tuple[Tracked, ...]
     observed_at: datetime | None = None
     gone: tuple[str, ...] = ()
+    api_version: str = ""  # the Scheduled Events api-version of the last document diffed ("" before any)
 
     @staticmethod
     def empty() -> Snapshot:
         """The state of a collector that never saw a document."""
-        return Snapshot(incarnation=None, events=(), observed_at=None, gone=())
+        return Snapshot(incarnation=None, events=(), observed_at=None, gone=(), api_version="")
 
     def by_id(self) -> dict[str, Tracked]:
         """The tracked events keyed by EventId."""
@@ -84,6 +86,7 @@ class Snapshot:
             "observed_at": _time_out(self.observed_at),
             "events": [{"since": _time_out(t.since), **_event_out(t.event)} for t in self.events],
             "gone": list(self.gone),
+            "api_version": self.api_version,
         }
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -101,8 +104,15 @@ class Snapshot:
             gone = tuple(body.get("gone", ()))
             if not all(isinstance(g, str) for g in gone):
                 raise ValueError(f"bad gone list {gone!r}")
+            api_version = body.get("api_version", "")  # absent in snapshots written before it was kept
+            if not isinstance(api_version, str):
+                raise ValueError(f"bad api_version {api_version!r}")
             return Snapshot(
-                incarnation=incarnation, events=events, observed_at=_time_in(body["observed_at"]), gone=gone
+                incarnation=incarnation,
+                events=events,
+                observed_at=_time_in(body["observed_at"]),
+                gone=gone,
+                api_version=api_version,
             )
         except (KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ValueError(f"not a snapshot: {e!r}") from e

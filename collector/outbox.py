@@ -7,26 +7,31 @@ decremented, so a number is never handed out twice, even after its row was remov
 through ``remove`` once the sink (or ``sevents-ingest``) confirmed them. A second process (the ingest)
 may read and remove at the same time: writers serialise on SQLite's lock, waiting up to the busy timeout.
 
-Policy when full (payload bytes would exceed ``max_bytes``):
+Policy when full. What counts is what is on disk: the database's pages in use plus the WAL, which is
+checkpointed (and truncated) after a commit that grew it past ``WAL_LIMIT``, so it cannot grow unchecked
+beside a small cap. A commit is also refused while the filesystem has less than ``reserve_bytes`` free, so
+the cap engages before SQLite meets a full disk (which is retryable too: ``OutboxIOError`` says so).
 
 1. Heartbeats give way first: the oldest stored heartbeats are evicted to make room (``heartbeat_evicted``),
    and a new heartbeat that still does not fit is not stored (``heartbeat_rejected``).
 2. A transition is never evicted and never dropped silently: a commit whose transitions do not fit raises
    ``OutboxFull`` and writes nothing, the snapshot included. The caller counts the refusal
-   (``count_drop("transitions_deferred", n)``) and, because its snapshot did not move, finds the same
-   changes again on a later poll once the ingest has made room (states that came and went meanwhile merge).
+   (``count_drop("transitions_deferred", n)``), keeps the records and commits them with a later poll.
 
 Every drop is counted by reason in the ``drops`` table of the same file.
 
 Errors::
 
     OutboxError
-    ├── OutboxFull      retryable: no room for the transitions of one commit
-    └── OutboxIOError   fatal: disk I/O error, disk full, corrupt file; the process stops loudly
+    ├── OutboxFull      retryable: no room for the transitions of one commit (cap, or filesystem nearly full)
+    └── OutboxIOError   SQLite failed: disk full, I/O error, corrupt file. The collector keeps polling and
+                        retries (its snapshot did not move); a one-shot tool stops loudly
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -38,7 +43,11 @@ from typing import Any, Final
 
 from sevents.records import RECORD_HEARTBEAT, encode
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_BYTES: Final = 64 * 2**20
+DEFAULT_RESERVE_BYTES: Final = 256 * 1024  # free space left on the filesystem for SQLite's own needs
+WAL_LIMIT: Final = 16 * 1024
 BUSY_TIMEOUT_S: Final = 30.0
 
 DROP_HEARTBEAT_EVICTED: Final = "heartbeat_evicted"
@@ -83,9 +92,12 @@ class OutboxRow:
 class Outbox:
     """The SQLite outbox of one collector; thread-safe, and safe with a second process on the same file."""
 
-    def __init__(self, path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, path: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self.reserve_bytes = reserve_bytes
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,9 +108,11 @@ class Outbox:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
             with self._transaction():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
+            self._checkpoint()
         except (sqlite3.Error, OSError) as error:
             raise OutboxIOError(f"cannot open outbox {self.path}: {error}") from error
 
@@ -140,9 +154,19 @@ class Outbox:
     # -- writes ------------------------------------------------------------------------------------------
     def commit(self, records: Sequence[Mapping[str, Any]], snapshot: str | None) -> list[int]:
         """Store the records (each gets the next ``seq``) and the snapshot in one transaction; their seqs."""
-        with self._lock, self._transaction() as db:
+        with self._lock:
+            seqs = self._commit(records, snapshot)
+            self._checkpoint()
+        return seqs
+
+    def _commit(self, records: Sequence[Mapping[str, Any]], snapshot: str | None) -> list[int]:
+        free = self._free_bytes()
+        with self._transaction() as db:
             last_seq = _counter(db, "last_seq")
             used = _counter(db, "payload_bytes")
+            # Pages, indexes and WAL beyond the payload count against the cap as well: that is the disk used.
+            overhead = max(0, self._live_bytes(db) - used)
+            cap = min(self.max_bytes - overhead, used + free - self.reserve_bytes)
             rows: list[tuple[int, str, bytes]] = []
             seqs: list[int] = []
             rejected = 0
@@ -150,13 +174,14 @@ class Outbox:
                 seq = last_seq + 1
                 payload = encode({**record, "seq": seq})
                 record_type = str(record.get("record_type", ""))
-                if used + len(payload) > self.max_bytes:
-                    used -= _evict_heartbeats(db, used + len(payload) - self.max_bytes)
-                if used + len(payload) > self.max_bytes:
+                if used + len(payload) > cap:
+                    # Evicted pages are reused by SQLite, so they count as room under both limits.
+                    used -= _evict_heartbeats(db, used + len(payload) - cap)
+                if used + len(payload) > cap:
                     if record_type != RECORD_HEARTBEAT:
                         raise OutboxFull(
-                            f"outbox {self.path} is full ({used} of {self.max_bytes} bytes): "
-                            f"{len(records)} records not stored"
+                            f"outbox {self.path} is full ({used + overhead} of {self.max_bytes} bytes on disk, "
+                            f"{max(0, free)} bytes free on its filesystem): {len(records)} records not stored"
                         )
                     rejected += 1
                     continue
@@ -172,6 +197,43 @@ class Outbox:
             if snapshot is not None:
                 db.execute("INSERT OR REPLACE INTO state (key, value) VALUES ('snapshot', ?)", (snapshot,))
         return seqs
+
+    def _live_bytes(self, db: sqlite3.Connection) -> int:
+        """Pages in use plus the WAL file: what this outbox holds on disk now."""
+        pages = int(db.execute("PRAGMA page_count").fetchone()[0]) - int(
+            db.execute("PRAGMA freelist_count").fetchone()[0]
+        )
+        return pages * int(db.execute("PRAGMA page_size").fetchone()[0]) + _file_size(self._wal)
+
+    def _free_bytes(self) -> int:
+        try:
+            stat = os.statvfs(self.path.parent)
+        except OSError:
+            return 2**62  # unknown: let SQLite be the judge
+        return stat.f_bavail * stat.f_frsize
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database and cut it off once it outgrew ``WAL_LIMIT`` (best effort, never waiting).
+
+        TRUNCATE waits, through the busy handler, for a reader in the middle of a transaction (the ingest); a
+        commit must never wait for that, so the busy timeout is 0 for the checkpoint: with such a reader it
+        copies what it can and the WAL is cut at a later commit. A WAL held back meanwhile counts against the
+        cap. Errors here are not the commit's: it is already durable.
+        """
+        if _file_size(self._wal) <= WAL_LIMIT:
+            return
+        try:
+            self._db.execute("PRAGMA busy_timeout = 0")
+            try:
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        except sqlite3.Error as error:
+            log.warning("outbox WAL checkpoint failed; retried at the next commit", extra={"error": str(error)})
+
+    @property
+    def _wal(self) -> Path:
+        return self.path.with_name(self.path.name + "-wal")
 
     def remove(self, seqs: Iterable[int]) -> int:
         """Delete the given rows (acknowledged by the sink or the ingest); how many were still there."""
@@ -192,6 +254,8 @@ class Outbox:
                 removed += count
                 freed += size
             db.execute("UPDATE counters SET value = value - ? WHERE name = 'payload_bytes'", (freed,))
+        with self._lock:
+            self._checkpoint()
         return int(removed)
 
     def count_drop(self, reason: str, count: int = 1) -> None:
@@ -227,7 +291,15 @@ class Outbox:
         return int(self._read("SELECT COUNT(*) FROM records")[0][0])
 
     def size_bytes(self) -> int:
-        """Payload bytes of the waiting records: the quantity ``max_bytes`` bounds."""
+        """Bytes this outbox holds on disk (pages in use plus the WAL): the quantity ``max_bytes`` bounds."""
+        with self._lock:
+            try:
+                return self._live_bytes(self._db)
+            except sqlite3.Error as error:
+                raise _translate(error) from error
+
+    def payload_bytes(self) -> int:
+        """Payload bytes of the waiting records."""
         return int(self._read("SELECT value FROM counters WHERE name = 'payload_bytes'")[0][0])
 
     def last_seq(self) -> int:
@@ -237,6 +309,13 @@ class Outbox:
     def drops(self) -> dict[str, int]:
         """Persisted drop counts by reason, over the whole life of this outbox file."""
         return {str(r): int(c) for r, c in self._read("SELECT reason, count FROM drops ORDER BY reason")}
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _counter(db: sqlite3.Connection, name: str) -> int:
@@ -270,10 +349,9 @@ def _evict_heartbeats(db: sqlite3.Connection, need: int) -> int:
 
 
 def _translate(error: sqlite3.Error) -> OutboxError:
-    """Every SQLite error is fatal here.
+    """Every SQLite error becomes OutboxIOError; the caller decides whether to retry.
 
-    Disk I/O errors, a full disk and corruption cannot be retried away; "database is locked" arrives only
-    after the long busy timeout, which means another process is stuck. Stopping loudly beats polling on with
-    nowhere to put what we see (IMDS keeps the events; a restarted collector diffs against its snapshot).
+    The collector's poll loop retries (a full disk empties again; its snapshot did not move, so nothing seen
+    meanwhile is lost); one-shot tools (``status``) stop loudly.
     """
     return OutboxIOError(f"outbox SQLite error: {error}")

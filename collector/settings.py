@@ -45,6 +45,7 @@ class CollectorSettings:
     first_call_timeout: float = 130.0  # the first call may take up to 2 minutes
     min_request_interval: float = 0.4  # spacing of our requests: IMDS allows ~5/s per VM, shared by all agents
     retry_deadline: float = 75.0  # one fetch retries 410/429/5xx this long (410 lasts up to ~70 s)
+    api_version_retry: float = 3600.0  # after IMDS refused api_version, ask for it again this often
     outbox_max_bytes: int = 64 * 2**20
     discover_endpoint: bool = False  # non-VNET VMs: take the IMDS address from DHCP option 245
     dhcp_lease_globs: tuple[str, ...] = DEFAULT_LEASE_GLOBS
@@ -84,7 +85,7 @@ def validate(s: CollectorSettings) -> list[str]:
     for name in positive:
         if getattr(s, name) <= 0:
             problems.append(f"{name} must be positive, got {getattr(s, name)}")
-    for name in ("min_request_interval", "retry_deadline", "ship_max_wait", "drain_timeout"):
+    for name in ("min_request_interval", "retry_deadline", "api_version_retry", "ship_max_wait", "drain_timeout"):
         if getattr(s, name) < 0:
             problems.append(f"{name} must not be negative, got {getattr(s, name)}")
     if s.outbox_max_bytes < 64 * 1024:

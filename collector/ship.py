@@ -13,15 +13,17 @@ Errors::
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from collector.outbox import Outbox, OutboxRow
-from sevents.retry import Backoff
+from collector.sink import Sink, SinkError
+from sevents.retry import Backoff, RetryInterrupted, retry
 
 if TYPE_CHECKING:
     from collector.settings import CollectorSettings
@@ -29,29 +31,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SinkError(Exception):
-    """The destination did not durably accept a batch; the rows stay in the outbox and are sent again."""
-
-
-class Sink(Protocol):
-    """Where outbox rows go when they leave the VM."""
-
-    def send(self, rows: Sequence[OutboxRow]) -> None:
-        """Return only once the destination durably accepted every row; raise SinkError otherwise."""
-
-    def close(self) -> None:
-        """Release connections."""
-
-
 def make_sink(settings: CollectorSettings) -> Sink | None:
     """The sink the settings name; None for "local" (the rows stay for ``sevents-ingest``)."""
     if settings.sink == "local":
         return None
     if settings.sink == "eventhubs":
-        # Imported only when asked for: it pulls in the Azure SDK.
-        module = importlib.import_module("collector.ship_eventhubs")
-        factory: Callable[[CollectorSettings], Sink] = module.EventHubsSink.from_settings
-        return factory(settings)
+        # Imported only when asked for: it pulls in the Azure SDK (memory a local collector need not pay).
+        from collector.ship_eventhubs import EventHubsSink
+
+        return EventHubsSink.from_settings(settings)
     raise ValueError(f"unknown sink {settings.sink!r}")
 
 
@@ -83,7 +71,7 @@ class Shipper:
         self._max_wait_s = max_wait_s
         self._idle_s = idle_s
         self._backoff = backoff or Backoff(initial=0.5, cap=30.0)
-        self._on_shipped = on_shipped or (lambda n: None)
+        self.on_shipped = on_shipped or (lambda n: None)
         self._monotonic = monotonic
         self._wake = threading.Event()
         self.shipped = 0
@@ -96,7 +84,6 @@ class Shipper:
     def run(self, stop: threading.Event) -> None:
         """Ship until ``stop`` is set (then return; call ``shutdown`` to drain)."""
         first_seen: float | None = None
-        attempt = 0
         while not stop.is_set():
             rows = self._outbox.pending(self._batch)
             now = self._monotonic()
@@ -107,30 +94,25 @@ class Shipper:
                 self._wake.wait(self._idle_s if not rows else max(0.0, self._max_wait_s - waited))
                 self._wake.clear()
                 continue
-            if self._send(rows):
-                attempt, first_seen = 0, None
-                continue
-            attempt += 1
-            if stop.wait(self._backoff.delay(attempt)):
+            try:
+                retry(functools.partial(self._send, rows), backoff=self._backoff, stop=stop, retryable=_sink_refused)
+            except RetryInterrupted:
                 return
+            first_seen = None
 
     def flush(self, timeout: float) -> bool:
         """Ship everything pending now, retrying until ``timeout``; whether the outbox is empty."""
-        deadline = self._monotonic() + timeout
-        attempt = 0
-        never = threading.Event()
-        while True:
-            rows = self._outbox.pending(self._batch)
-            if not rows:
-                return True
-            if self._send(rows):
-                attempt = 0
-                continue
-            attempt += 1
-            delay = self._backoff.delay(attempt)
-            if self._monotonic() + delay > deadline:
-                return False
-            never.wait(delay)
+        try:
+            retry(
+                self._send_all,
+                backoff=dataclasses.replace(self._backoff, deadline=timeout),
+                stop=threading.Event(),  # a drain is bounded by its timeout, not by shutdown
+                retryable=_sink_refused,
+                monotonic=self._monotonic,
+            )
+        except SinkError:
+            return False
+        return True
 
     def shutdown(self, timeout: float) -> int:
         """Drain for up to ``timeout`` seconds, close the sink, and report how many rows are left pending."""
@@ -144,14 +126,25 @@ class Shipper:
             log.warning("shipper stopped with rows left in the outbox (shipped on next start)", extra={"left": left})
         return left
 
-    def _send(self, rows: Sequence[OutboxRow]) -> bool:
+    def _send_all(self) -> None:
+        while rows := self._outbox.pending(self._batch):
+            self._send(rows)
+
+    def _send(self, rows: Sequence[OutboxRow]) -> None:
+        """Send one batch and remove it from the outbox; SinkError (counted, logged) if the sink refused it."""
         try:
             self._sink.send(rows)
         except SinkError as error:
             self.failures += 1
             log.warning("sink refused a batch; will retry", extra={"rows": len(rows), "error": str(error)})
-            return False
+            raise
         self._outbox.remove(row.seq for row in rows)
         self.shipped += len(rows)
-        self._on_shipped(len(rows))
-        return True
+        self.on_shipped(len(rows))
+
+
+def _sink_refused(error: Exception) -> bool:
+    return isinstance(error, SinkError)
+
+
+__all__ = ["Shipper", "Sink", "SinkError", "make_sink", "ship_now"]

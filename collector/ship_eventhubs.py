@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from azure.eventhub import EventData, EventHubProducerClient
 
 from collector.outbox import Outbox, OutboxRow
-from collector.ship import SinkError
+from collector.sink import SinkError
 from sevents.records import CONTENT_TYPE, SCHEMA_VERSION
 from sevents.tracing import TRACEPARENT, traceparent_for
 
@@ -108,7 +108,7 @@ def to_event(row: OutboxRow) -> EventData:
 
 
 class EventHubsSink:
-    """``collector.ship.Sink`` over ``EventHubProducerClient``."""
+    """``collector.sink.Sink`` over ``EventHubProducerClient``."""
 
     def __init__(
         self, factory: ProducerFactory, *, send_timeout: float = 30.0, on_drop: DropCounter | None = None

@@ -13,6 +13,8 @@ from collector.model import Snapshot
 log = logging.getLogger(__name__)
 
 LOCK_FILE: Final = "collector.lock"
+BALLAST_FILE: Final = "disk-reserve"
+BALLAST_BYTES: Final = 256 * 1024
 
 
 class StateDirInUse(Exception):
@@ -39,6 +41,38 @@ def lock_state_dir(state_dir: Path) -> int:
         os.close(fd)
         raise StateDirInUse(f"state directory {state_dir} is in use by another collector") from error
     return fd
+
+
+def keep_ballast(state_dir: Path) -> None:
+    """Set aside ``BALLAST_BYTES`` in the state dir while there is plenty of room (best effort).
+
+    SQLite cannot open a WAL database on a full disk (it must create the -wal and -shm files): a collector
+    restarted then would exit at every start. Releasing the ballast gives it the room to open and poll on.
+    """
+    path = state_dir / BALLAST_FILE
+    try:
+        if path.exists():
+            return
+        stat = os.statvfs(state_dir)
+        if stat.f_bavail * stat.f_frsize < 4 * BALLAST_BYTES:
+            return  # too little room to set any aside: the ballast would be what fills the disk
+        with path.open("wb") as out:
+            out.write(b"\0" * BALLAST_BYTES)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as error:
+        log.warning("cannot set disk space aside in the state dir", extra={"error": str(error)})
+        path.unlink(missing_ok=True)
+
+
+def release_ballast(state_dir: Path) -> bool:
+    """Free the space ``keep_ballast`` set aside; whether there was any."""
+    path = state_dir / BALLAST_FILE
+    if not path.exists():
+        return False
+    path.unlink()
+    log.error("state dir filesystem full: released the space set aside", extra={"freed_bytes": BALLAST_BYTES})
+    return True
 
 
 def load_snapshot(store: SnapshotStore) -> Snapshot:

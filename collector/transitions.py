@@ -103,6 +103,7 @@ def diff(prev: Snapshot, doc: Document, observed_at: datetime) -> tuple[Snapshot
         events=tuple(tracked) if changed else prev.events,
         observed_at=now if changed else prev.observed_at,
         gone=gone[-GONE_MEMORY:] if changed else prev.gone,
+        api_version=prev.api_version,
     )
     return snapshot, tuple(out)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from collector.agent import Agent
 from collector.settings import CollectorSettings
+from collector.wiring import build_agent
 from ingest.clickhouse import _locked
 from ingest.errors import TargetError
 from ingest.settings import IngestSettings
@@ -136,7 +137,7 @@ def start(
                 min_request_interval=0.0,
                 first_call_timeout=10.0,
             )
-            run.agents.append(Agent(collector))
+            run.agents.append(build_agent(collector))
         run.pipeline = build(settings, run.ingest_stop)
         for agent in run.agents:
             run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))

@@ -63,6 +63,9 @@ class OutboxSource:
         self._monotonic = monotonic
         self._outboxes: dict[Path, Outbox] = {}
         self._scanned_at = float("-inf")
+        # An outbox that failed (e.g. it cannot be changed on a full disk) rests until its time comes.
+        self._failures: dict[Path, int] = {}
+        self._resume_at: dict[Path, float] = {}
         self.delivered = 0  # rows delivered and removed, for logs and tests
 
     def run(self, deliver: Deliver, stop: threading.Event) -> None:
@@ -98,10 +101,13 @@ class OutboxSource:
 
     def _rescan(self) -> None:
         now = self._monotonic()
-        if now - self._scanned_at < self.rescan_interval_s:
+        rested = any(at <= now for at in self._resume_at.values())
+        if now - self._scanned_at < self.rescan_interval_s and not rested:
             return
         self._scanned_at = now
         for path in resolve(self.specs):
+            if self._resume_at.get(path, now) > now:
+                continue  # still backing off
             if path not in self._outboxes:
                 try:
                     self._outboxes[path] = Outbox(path)
@@ -127,8 +133,7 @@ class OutboxSource:
                 try:
                     pending = outbox.pending(limit=room, after_seq=cursors[path])
                 except OutboxError as error:
-                    log.error("cannot read outbox", extra={"outbox": str(path), "error": str(error)})
-                    self._drop(path)
+                    self._drop(path, "cannot read outbox; backing off", error)
                     continue
                 for row in pending:
                     rows.append((path, row))
@@ -155,15 +160,25 @@ class OutboxSource:
                 outbox.remove(seqs)
             except OutboxError as error:
                 # Stored but not removed: they come again and ClickHouse deduplicates them.
-                log.error("cannot remove delivered rows", extra={"outbox": str(path), "error": str(error)})
-                self._drop(path)
+                self._drop(path, "cannot remove delivered rows; backing off", error)
+                continue
+            self._failures.pop(path, None)
+            self._resume_at.pop(path, None)
         self.delivered += len(rows)
 
-    def _drop(self, path: Path) -> None:
+    def _drop(self, path: Path, message: str, error: Exception) -> None:
+        """Close a failing outbox and leave it alone for the next backoff delay (logged once per delay)."""
+        failures = self._failures.get(path, 0) + 1
+        self._failures[path] = failures
+        delay = self.backoff.delay(failures)
+        self._resume_at[path] = self._monotonic() + delay
+        log.error(
+            message,
+            extra={"outbox": str(path), "error": str(error), "failures": failures, "retry_in_s": round(delay, 1)},
+        )
         outbox = self._outboxes.pop(path, None)
         if outbox is not None:
             outbox.close()
-        self._scanned_at = float("-inf")
 
 
 def _delivery(path: Path, row: OutboxRow) -> Delivery:

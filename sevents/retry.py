@@ -1,13 +1,19 @@
 """Retry as a written policy: exponential backoff with full jitter, a cap, and an overall deadline.
 
-The policy only computes delays; callers wait with ``stop.wait(delay)`` so that shutdown interrupts
-the wait. Which errors are retryable is decided by the caller at its edge.
+``Backoff`` computes delays; ``retry`` is the loop that applies it, waiting with ``stop.wait(delay)`` so that
+shutdown interrupts the wait. Which errors are retryable is decided by the caller at its edge.
 """
 
 from __future__ import annotations
 
 import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,3 +39,53 @@ class Backoff:
     def expired(self, elapsed: float) -> bool:
         """Whether the caller has run past the overall deadline."""
         return self.deadline is not None and elapsed >= self.deadline
+
+
+class RetryInterrupted(Exception):
+    """``stop`` was set while waiting between tries."""
+
+
+def retry(
+    call: Callable[[], T],
+    *,
+    backoff: Backoff,
+    stop: threading.Event,
+    retryable: Callable[[Exception], bool] = lambda error: True,
+    retry_after: Callable[[Exception], float | None] = lambda error: None,
+    on_retry: Callable[[RetryNote], None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> T:
+    """``call()`` until it returns: the one retry loop of the project.
+
+    An exception that ``retryable`` accepts waits ``backoff.delay(attempt, retry_after(error))`` and tries
+    again, as long as that wait ends within ``backoff.deadline`` (from the first try; None: no end). Anything
+    else, and the last error at the deadline, is raised as it is. ``stop`` ends a wait at once with
+    ``RetryInterrupted`` (from the error that was being retried).
+    """
+    started = monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return call()
+        except Exception as error:
+            if not retryable(error):
+                raise
+            delay = backoff.delay(attempt, retry_after(error))
+            elapsed = monotonic() - started
+            if backoff.deadline is not None and elapsed + delay > backoff.deadline:
+                raise
+            if on_retry is not None:
+                on_retry(RetryNote(attempt, error, delay, elapsed))
+            if stop.wait(delay):
+                raise RetryInterrupted() from error
+
+
+@dataclass(frozen=True)
+class RetryNote:
+    """What ``retry`` tells ``on_retry`` before it waits: which try failed, why, the wait, the time spent."""
+
+    attempt: int
+    error: Exception
+    delay: float
+    elapsed: float

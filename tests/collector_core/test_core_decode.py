@@ -10,8 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.decode import DecodeError, decode_document, parse_not_before
-from collector.model import Document
+from collector.decode import DecodeError, decode_document, parse_not_before, valid_text
+from collector.enrich import transition_record
+from collector.model import Document, Snapshot, VmIdentity
+from collector.transitions import diff
+from sevents.records import encode
 
 FULL_EVENT: dict[str, Any] = {
     "EventId": "E1",
@@ -117,6 +120,11 @@ def _decodes_or_raises_decode_error(raw: bytes) -> None:
     except DecodeError:
         return
     assert isinstance(result, Document)
+    # What decodes can be stored: every record built from it encodes (no lone surrogate survives decode).
+    snapshot, transitions = diff(Snapshot.empty(), result, datetime(2026, 1, 1, tzinfo=UTC))
+    snapshot.to_json().encode()
+    for t in transitions:
+        encode(transition_record(t, VmIdentity("vm", "vm"), api_version="2020-07-01", collector_version="1"))
 
 
 @settings(max_examples=300, deadline=None)
@@ -184,3 +192,57 @@ def test_deeply_nested_json_is_a_decode_error() -> None:
     """JSON nested deeper than the parser's recursion limit is a DecodeError, not a RecursionError."""
     with pytest.raises(DecodeError):
         decode_document(b"[" * 100_000)
+
+
+# Any code point, lone surrogates included: JSON can escape them ("\\ud800") and Python's json decodes them.
+_any_text = st.text(st.characters(codec=None, categories=None), max_size=12)
+
+
+@st.composite
+def with_any_text(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """A valid document whose string fields hold any code points; and whether a lone surrogate is among them."""
+    events = []
+    texts: list[str] = []
+    for i in range(draw(st.integers(1, 3))):
+        e: dict[str, Any] = {**FULL_EVENT, "EventId": f"E{i}"}
+        for key in draw(st.lists(st.sampled_from(["EventId", "EventType", "Description", "EventSource"]), max_size=3)):
+            e[key] = draw(_any_text.filter(str.strip)) + str(i) if key == "EventId" else draw(_any_text)
+            texts.append(e[key])
+        e["Resources"] = draw(st.lists(_any_text, max_size=2))
+        texts += e["Resources"]
+        events.append(e)
+    # As IMDS's JSON reaches us: an escaped high+low pair decodes as one character, only lone ones stay.
+    received = json.loads(json.dumps(texts))
+    surrogate = any(0xD800 <= ord(c) <= 0xDFFF for text in received for c in text)
+    return json.dumps({"DocumentIncarnation": 1, "Events": events}).encode(), surrogate
+
+
+@settings(max_examples=300, deadline=None)
+@given(with_any_text())
+def test_lone_surrogates_are_replaced_and_flagged(case: tuple[bytes, bool]) -> None:
+    """Any string IMDS sends comes out valid UTF-8 text; a lone surrogate is replaced and flagged in repairs."""
+    raw, surrogate = case
+    try:
+        document = decode_document(raw)
+    except DecodeError:
+        return  # e.g. two EventIds made equal by the repair: that document cannot say which state is which
+    _decodes_or_raises_decode_error(raw)
+    assert bool(document.repairs) == surrogate
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(codec=None, categories=None), max_size=40))
+def test_valid_text_changes_only_lone_surrogates(text: str) -> None:
+    """valid_text keeps every other code point and leaves a string that encodes as UTF-8."""
+    fixed, repaired = valid_text(text)
+    fixed.encode()
+    assert repaired == (fixed != text)
+    assert len(fixed) == len(text)
+    assert all(a == b or (0xD800 <= ord(a) <= 0xDFFF and b == "\ufffd") for a, b in zip(text, fixed, strict=True))
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000, 250_000])
+@pytest.mark.parametrize("opener", [b"[", b'{"a":'])
+def test_any_nesting_depth_is_a_decode_error_or_a_document(depth: int, opener: bytes) -> None:
+    """Nesting up to the body cap never escapes as RecursionError or MemoryError."""
+    _decodes_or_raises_decode_error(opener * depth)

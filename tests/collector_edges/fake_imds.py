@@ -79,6 +79,8 @@ class FakeImds:
         self.document: dict[str, Any] = {"DocumentIncarnation": 0, "Events": []}
         self.instance: dict[str, Any] = json.loads(json.dumps(INSTANCE))
         self.script: deque[Scripted] = deque()
+        self.instance_status = 200  # e.g. 500: instance metadata down
+        self.instance_delay = 0.0  # seconds before instance metadata answers
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         server = self
@@ -145,6 +147,9 @@ class FakeImds:
             seen.incarnation = document["DocumentIncarnation"]
             return _reply(request, 200, json.dumps(document))
         if url.path == "/metadata/instance":
+            time.sleep(self.instance_delay)
+            if self.instance_status != 200:
+                return _reply(request, self.instance_status, json.dumps({"error": "unavailable"}))
             return _reply(request, 200, json.dumps(self.instance))
         return _reply(request, 404, json.dumps({"error": "Not found"}))
 

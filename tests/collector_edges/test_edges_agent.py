@@ -18,6 +18,7 @@ from collector.imds import ImdsError
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, OutboxIOError, OutboxRow
 from collector.settings import CollectorSettings
 from collector.ship import SinkError
+from collector.wiring import build_agent
 from sevents import records
 from sevents.telemetry import make_meter_provider
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
@@ -69,7 +70,7 @@ def kinds_committed(agent: Agent, sink: ScriptedSink) -> list[str]:
 def test_poll_once_commits_transitions_with_identity_and_seq(imds: FakeImds, settings: CollectorSettings) -> None:
     """A new event yields one appeared record with every wire field, the VM identity, and seq 1."""
     imds.set_document(1, [event("e1")])
-    agent = Agent(settings)
+    agent = build_agent(settings)
     try:
         (record,) = agent.poll_once()
         assert set(record) == set(records.TRANSITION_FIELDS)
@@ -92,10 +93,10 @@ def test_poll_once_commits_transitions_with_identity_and_seq(imds: FakeImds, set
 def test_restart_diffs_against_the_committed_snapshot(imds: FakeImds, settings: CollectorSettings) -> None:
     """A new agent on the same state dir re-emits nothing for a document already committed."""
     imds.set_document(1, [event("e1")])
-    first = Agent(settings)
+    first = build_agent(settings)
     assert len(first.poll_once()) == 1
     first.close()
-    second = Agent(settings)
+    second = build_agent(settings)
     try:
         assert second.poll_once() == []
         imds.set_document(2, [])
@@ -107,10 +108,10 @@ def test_restart_diffs_against_the_committed_snapshot(imds: FakeImds, settings: 
 
 def test_state_dir_is_exclusive(settings: CollectorSettings) -> None:
     """A second agent on a state dir in use refuses to start."""
-    agent = Agent(settings)
+    agent = build_agent(settings)
     try:
         with pytest.raises(AgentError):
-            Agent(settings)
+            build_agent(settings)
     finally:
         agent.close()
 
@@ -120,7 +121,7 @@ def test_metrics_are_recorded(imds: FakeImds, settings: CollectorSettings) -> No
     reader = InMemoryMetricReader()
     provider = make_meter_provider("test", readers=[reader], env={})
     imds.set_document(1, [event("e1"), event("e2")])
-    agent = Agent(settings, meter_provider=provider)
+    agent = build_agent(settings, meter_provider=provider)
     try:
         agent.poll_once()
         imds.script.append(Scripted(500))
@@ -144,7 +145,7 @@ def test_metrics_are_recorded(imds: FakeImds, settings: CollectorSettings) -> No
 def test_heartbeat_reports_health(imds: FakeImds, settings: CollectorSettings) -> None:
     """A heartbeat carries the heartbeat fields, poll counts, errors and the outbox depth."""
     imds.set_document(7, [event("e1")])
-    agent = Agent(settings)
+    agent = build_agent(settings)
     try:
         agent.poll_once()
         imds.script.append(Scripted(404))
@@ -162,31 +163,39 @@ def test_heartbeat_reports_health(imds: FakeImds, settings: CollectorSettings) -
 
 
 def test_full_outbox_defers_transitions_without_losing_them(imds: FakeImds, settings: CollectorSettings) -> None:
-    """When transitions do not fit, the drop is counted, the snapshot stays, and they are found once there is room."""
-    tight = dataclasses.replace(settings, outbox_max_bytes=65_536)
-    agent = Agent(tight)
+    """Transitions that do not fit are counted once, the stored snapshot stays; all are stored once room returns."""
+    tight = dataclasses.replace(settings, outbox_max_bytes=160_000)  # on disk: pages and WAL count too
+    agent = build_agent(tight)
     try:
-        big = [dict(event(f"e{i}"), Description="x" * 9_000) for i in range(10)]
+        big = [dict(event(f"e{i}"), Description="x" * 20_000) for i in range(10)]
         imds.set_document(1, big)
         assert agent.poll_once() == []
         assert agent.poll_once() == []
         assert agent.outbox.drops() == {DROP_TRANSITIONS_DEFERRED: 10}  # counted once, not once per poll
         assert agent.outbox.snapshot() is None
         imds.set_document(2, big[:3])
+        assert agent.poll_once() == []
+        assert agent.outbox.drops() == {DROP_TRANSITIONS_DEFERRED: 17}
+        agent.outbox.max_bytes = 10 * 2**20  # as if the ingest had made room
         new = agent.poll_once()
-        assert [r["event_id"] for r in new] == ["e0", "e1", "e2"]
+        # Everything seen while full is stored in order: the seven that came and went are not merged away.
+        assert [(r["kind"], r["event_id"]) for r in new] == [
+            *(("appeared", f"e{i}") for i in range(10)),
+            *(("disappeared", f"e{i}") for i in range(3, 10)),
+        ]
+        assert agent.poll_once() == []
     finally:
         agent.close()
 
 
 def test_stored_identity_is_used_while_imds_instance_fails(imds: FakeImds, settings: CollectorSettings) -> None:
     """After a restart with instance metadata failing, records still carry the last known identity."""
-    agent = Agent(settings)
+    agent = build_agent(settings)
     agent.poll_once()
     agent.close()
     imds.instance = {"error": "broken"}
     imds.set_document(1, [event("e9")])
-    again = Agent(dataclasses.replace(settings, retry_deadline=0.0))
+    again = build_agent(dataclasses.replace(settings, retry_deadline=0.0))
     try:
         (record,) = again.poll_once()
         assert record["vm_id"] == "02aab8a4-74ef-476e-8182-f6d2ba4166a6"
@@ -198,7 +207,7 @@ def test_run_ships_retries_and_drains_on_stop(imds: FakeImds, settings: Collecto
     """With a sink that fails twice, run() ships every record once and leaves the outbox empty after stop."""
     sink = ScriptedSink(failures=2)
     fast = dataclasses.replace(settings, ship_max_wait=0.0, heartbeat_interval=0.2)
-    agent = Agent(fast, sink=sink)
+    agent = build_agent(fast, sink=sink)
     stop = threading.Event()
     worker = threading.Thread(target=agent.run, args=(stop,))
     imds.set_document(1, [event("e1")])
@@ -226,7 +235,7 @@ def test_clock_is_injected(imds: FakeImds, settings: CollectorSettings) -> None:
     """observed_at comes from the injected clock."""
     moment = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     imds.set_document(1, [event("e1")])
-    agent = Agent(settings, clock=lambda: moment + timedelta(milliseconds=6))
+    agent = build_agent(settings, clock=lambda: moment + timedelta(milliseconds=6))
     try:
         (record,) = agent.poll_once()
         assert record["observed_at"] == "2026-01-02T03:04:05.006Z"
@@ -238,6 +247,6 @@ def test_a_failed_start_releases_the_state_dir(settings: CollectorSettings) -> N
     """An agent that cannot open its outbox lets go of the state-dir lock, so a retry in the same process works."""
     settings.outbox_path.mkdir(parents=True)  # a directory where the SQLite file should be
     with pytest.raises(OutboxIOError):
-        Agent(settings)
+        build_agent(settings)
     settings.outbox_path.rmdir()
-    Agent(settings).close()
+    build_agent(settings).close()

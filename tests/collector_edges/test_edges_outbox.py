@@ -45,7 +45,7 @@ def test_commit_stores_records_with_seq_and_snapshot(tmp_path: Path) -> None:
         assert rows[0].record_type == "transition"
         assert outbox.snapshot() == '{"s":1}'
         assert outbox.depth() == 2
-        assert outbox.size_bytes() == sum(len(r.payload) for r in rows)
+        assert outbox.payload_bytes() == sum(len(r.payload) for r in rows)
         assert [r.seq for r in outbox.pending(after_seq=1)] == [2]
 
 
@@ -75,7 +75,7 @@ def test_seq_never_reused_after_removal_and_reopen(tmp_path: Path) -> None:
         outbox.commit([transition(1), transition(2), transition(3)], None)
         assert outbox.remove([1, 2, 3]) == 3
         assert outbox.depth() == 0
-        assert outbox.size_bytes() == 0
+        assert outbox.payload_bytes() == 0
     with Outbox(path) as outbox:
         assert outbox.commit([transition(4)], None) == [4]
         assert outbox.last_seq() == 4
@@ -98,15 +98,15 @@ def test_seq_strictly_increasing_under_any_commit_remove_sequence(steps: list[tu
 
 def test_heartbeats_give_way_first(tmp_path: Path) -> None:
     """When full, the oldest heartbeats are evicted for a transition, and each eviction is counted."""
-    with Outbox(tmp_path / "o.sqlite", max_bytes=70_000) as outbox:
+    with Outbox(tmp_path / "o.sqlite", max_bytes=200_000) as outbox:
         for n in range(6):
-            outbox.commit([heartbeat(n, pad=10_000)], None)
-        outbox.commit([transition(1, pad=30_000)], "S")
+            outbox.commit([heartbeat(n, pad=20_000)], None)
+        outbox.commit([transition(1, pad=90_000)], "S")
         kinds = [r.record_type for r in outbox.pending()]
         assert kinds.count("transition") == 1
         assert kinds.count("heartbeat") == 6 - outbox.drops()[DROP_HEARTBEAT_EVICTED]
         assert outbox.drops()[DROP_HEARTBEAT_EVICTED] >= 3
-        assert outbox.size_bytes() <= 70_000
+        assert outbox.size_bytes() <= 200_000
         # The oldest went first.
         remaining = [json.loads(r.payload)["record_id"] for r in outbox.pending() if r.record_type == "heartbeat"]
         assert remaining == [f"h{n}" for n in range(6 - len(remaining), 6)]
@@ -114,21 +114,21 @@ def test_heartbeats_give_way_first(tmp_path: Path) -> None:
 
 def test_transition_never_dropped_silently(tmp_path: Path) -> None:
     """Transitions that do not fit raise OutboxFull and leave records and snapshot exactly as they were."""
-    with Outbox(tmp_path / "o.sqlite", max_bytes=70_000) as outbox:
-        outbox.commit([transition(1, pad=60_000)], "A")
+    with Outbox(tmp_path / "o.sqlite", max_bytes=200_000) as outbox:
+        outbox.commit([transition(1, pad=120_000)], "A")
         with pytest.raises(OutboxFull):
-            outbox.commit([transition(2, pad=20_000)], "B")
+            outbox.commit([transition(2, pad=60_000)], "B")
         assert outbox.snapshot() == "A"
         assert outbox.depth() == 1
         outbox.remove([1])
-        assert outbox.commit([transition(2, pad=20_000)], "B") == [2]
+        assert outbox.commit([transition(2, pad=60_000)], "B") == [2]
 
 
 def test_heartbeat_rejected_when_only_transitions_fill_the_outbox(tmp_path: Path) -> None:
     """A heartbeat that cannot fit is not stored and counted as rejected; the commit still succeeds."""
-    with Outbox(tmp_path / "o.sqlite", max_bytes=70_000) as outbox:
-        outbox.commit([transition(1, pad=65_000)], None)
-        assert outbox.commit([heartbeat(1, pad=10_000)], None) == []
+    with Outbox(tmp_path / "o.sqlite", max_bytes=200_000) as outbox:
+        outbox.commit([transition(1, pad=150_000)], None)
+        assert outbox.commit([heartbeat(1, pad=40_000)], None) == []
         assert outbox.drops() == {DROP_HEARTBEAT_REJECTED: 1}
 
 
@@ -211,4 +211,27 @@ def test_second_process_reads_and_removes_concurrently(tmp_path: Path) -> None:
         removed = json.loads(out)
         assert removed == committed == list(range(1, total + 1))
         assert outbox.depth() == 0
-        assert outbox.size_bytes() == 0
+        assert outbox.payload_bytes() == 0
+
+
+@pytest.mark.parametrize("reader_holds_a_snapshot", [False, True])
+def test_the_cap_bounds_the_files_on_disk_wal_included(tmp_path: Path, reader_holds_a_snapshot: bool) -> None:
+    """Filled until it refuses, the outbox's files (database and WAL) stay within the cap, even while a reader's
+    open transaction keeps the WAL from being checkpointed."""
+    path = tmp_path / "o.sqlite"
+    cap = 256 * 1024
+    with Outbox(path, max_bytes=cap) as outbox:
+        reader = sqlite3.connect(str(path))
+        if reader_holds_a_snapshot:
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM records").fetchall()  # the ingest, mid-read
+        stored = 0
+        with pytest.raises(OutboxFull):
+            for n in range(1, 1000):
+                outbox.commit([transition(n, pad=4_000)], None)
+                stored += 1
+                on_disk = sum(p.stat().st_size for p in tmp_path.glob("o.sqlite*") if not p.name.endswith("-shm"))
+                # A commit is checked before it is written: it may pass the cap by its own pages at most.
+                assert on_disk <= cap + 16 * 4096, f"{on_disk} bytes on disk after {stored} commits"
+        assert stored >= 5  # a reader holding the WAL back makes each commit cost its pages twice: counted
+        reader.close()

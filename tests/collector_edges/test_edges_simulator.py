@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.agent import Agent
 from collector.settings import CollectorSettings
+from collector.wiring import build_agent
 from simulator import SimServer, load_scenario
 
 
@@ -20,7 +20,7 @@ def test_agents_record_every_event_the_simulator_shows(scenario: str, tmp_path: 
     """Each VM's outbox holds appeared and disappeared for every event that reached it, with its identity."""
     with SimServer(load_scenario(scenario), speed=600).start() as sim:
         agents = [
-            Agent(
+            build_agent(
                 CollectorSettings(
                     imds_url=sim.vm_base_url(name),
                     state_dir=tmp_path / name,

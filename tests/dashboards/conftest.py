@@ -15,6 +15,7 @@ import pytest
 from collector.agent import Agent
 from collector.outbox import Outbox
 from collector.settings import CollectorSettings
+from collector.wiring import build_agent
 from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
@@ -61,7 +62,7 @@ def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, l
                 heartbeat_interval=1.0,
                 min_request_interval=0.0,
             )
-            agent = Agent(settings)
+            agent = build_agent(settings)
             agents.append(agent)
             thread = threading.Thread(target=agent.run, args=(stop,), name=f"collector-{name}", daemon=True)
             thread.start()

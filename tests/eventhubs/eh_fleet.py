@@ -23,6 +23,7 @@ from typing import Any
 from collector.agent import Agent
 from collector.settings import CollectorSettings
 from collector.ship_eventhubs import EventHubsSink
+from collector.wiring import build_agent
 from ingest.handler import Handler
 from ingest.source import Delivery
 from ingest.source_eventhubs import EventHubsSource
@@ -176,7 +177,7 @@ def start_fleet(
                 drain_timeout=30.0,
             )
             sink = EventHubsSink.from_connection_string(endpoint.connection_string(), send_timeout=2)
-            fleet.agents.append(Agent(settings, sink=sink))
+            fleet.agents.append(build_agent(settings, sink=sink))
         for agent in fleet.agents:
             fleet.threads.append(_thread(fleet, lambda a=agent: a.run(fleet.collectors_stop), "collector"))
     except BaseException:

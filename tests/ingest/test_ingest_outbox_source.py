@@ -16,8 +16,12 @@ from ingest.migrate import Target, migrate
 from ingest.source_outbox import OutboxSource, resolve
 from ingest.writer import Writer
 from sevents.retry import Backoff
+from tests.collector_edges import fullfs
+from tests.collector_edges.fullfs import fill
 
 from .conftest import scalar
+
+small_fs = fullfs.small_fs  # the fixture, shared with the other full-disk tests
 
 
 def test_policy_delivers_when_full_or_old_enough_and_never_empty() -> None:
@@ -136,3 +140,37 @@ def test_stopping_during_an_outage_acknowledges_nothing(
     reader.join(10)
     assert not reader.is_alive()
     assert box.depth() == 3
+
+
+def test_an_outbox_that_cannot_be_changed_is_backed_off(small_fs: Path) -> None:
+    """On a full disk the delivered rows cannot be removed: the source rests between tries instead of spinning,
+    and removes them once space returns."""
+    collector_side = Outbox(small_fs / "vm" / "outbox.sqlite")  # held open, as a running collector does
+    collector_side.commit([synthetic.heartbeat(vm_index=1)], None)
+    filler: list[Path] = []
+    deliveries: list[float] = []
+
+    def deliver(batch: Any) -> None:
+        deliveries.append(time.monotonic())
+        if not filler:
+            filler.append(fill(small_fs))  # stored downstream, then the disk fills before the rows leave
+
+    policy = BatchPolicy(max_records=10, max_bytes=1_000_000, max_wait_s=0.0)
+    source = OutboxSource([str(small_fs / "vm")], policy=policy, poll_interval_s=0.01, backoff=Backoff(1.0, cap=1.0))
+    stop = threading.Event()
+    worker = threading.Thread(target=source.run, args=(deliver, stop), daemon=True)
+    worker.start()
+    try:
+        time.sleep(3.0)
+        # Each retry waits at least half the 1 s backoff: at most 1 + 3.0 / 0.5 deliveries, not one per poll.
+        assert 2 <= len(deliveries) <= 7
+        assert collector_side.depth() == 1
+        filler[0].unlink()
+        deadline = time.monotonic() + 30
+        while collector_side.depth():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        worker.join(timeout=10)
+        collector_side.close()

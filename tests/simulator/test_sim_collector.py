@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import requests
 
-from collector.agent import Agent
 from collector.decode import DecodeError
 from collector.imds import ImdsError
 from collector.settings import CollectorSettings
+from collector.wiring import build_agent
 from sevents.records import parse_time
 from simulator import BUILTIN_SCENARIOS, SimServer, load_scenario
 from simulator.engine import Engine
@@ -75,7 +75,7 @@ class Watcher:
             retry_deadline=2.0,
         )
         self.vm = vm
-        self.agent = Agent(settings)
+        self.agent = build_agent(settings)
         self.records: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.stop = threading.Event()

@@ -1,0 +1,118 @@
+"""The collector's composition root: settings (and the seams tests replace) -> the parts an ``Agent`` runs with.
+
+Everything that touches the outside world is built here, in dependency order, and released again should a
+later step fail: in-process callers (the demo) may retry, and a leaked state-dir lock would refuse them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import requests
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
+
+from collector.agent import Agent, AgentError, Parts, utc_now
+from collector.dhcp import resolve_base_url
+from collector.imds import ImdsClient
+from collector.imds_policy import ImdsPolicy
+from collector.instance import InstanceCache, fallback_identity
+from collector.metrics import CollectorMetrics
+from collector.outbox import Outbox, OutboxIOError
+from collector.settings import CollectorSettings
+from collector.ship import Shipper, Sink, make_sink
+from collector.statedir import StateDirInUse, keep_ballast, load_snapshot, lock_state_dir, release_ballast
+from sevents.retry import Backoff
+
+
+def build_agent(
+    settings: CollectorSettings,
+    *,
+    session: requests.Session | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    meter_provider: MeterProvider | None = None,
+    sink: Sink | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Agent:
+    """An Agent for ``settings``; ``sink`` replaces the one the settings name (None: as configured)."""
+    lock_fd = _lock(settings)
+    with contextlib.ExitStack() as undo:
+        undo.callback(os.close, lock_fd)
+        metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
+        outbox = _open_outbox(settings)
+        undo.callback(outbox.close)
+        client = ImdsClient(
+            resolve_base_url(settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs),
+            api_version=settings.api_version,
+            instance_api_version=settings.instance_api_version,
+            session=session,
+            policy=imds_policy(settings),
+            monotonic=monotonic,
+        )
+        undo.callback(client.close)
+        instance = InstanceCache(
+            client,
+            fallback=fallback_identity(settings.state_dir),
+            refresh_s=settings.instance_refresh,
+            store=outbox,
+            monotonic=monotonic,
+        )
+        chosen = sink if sink is not None else make_sink(settings)
+        shipper = None if chosen is None else _shipper(settings, outbox, chosen)
+        parts = Parts(
+            settings=settings,
+            lock_fd=lock_fd,
+            outbox=outbox,
+            client=client,
+            instance=instance,
+            snapshot=load_snapshot(outbox),
+            sink=chosen,
+            shipper=shipper,
+            metrics=metrics,
+            clock=clock,
+            monotonic=monotonic,
+        )
+        agent = Agent(parts)
+        undo.pop_all()
+    return agent
+
+
+def imds_policy(settings: CollectorSettings) -> ImdsPolicy:
+    """The IMDS client's timeouts, pacing and retry, from the settings."""
+    return ImdsPolicy(
+        first_call_timeout_s=settings.first_call_timeout,
+        read_timeout_s=settings.request_timeout,
+        min_interval_s=settings.min_request_interval,
+        deadline_s=settings.retry_deadline,
+        retry_newer_after_s=settings.api_version_retry,
+        backoff=Backoff(initial=0.5, cap=10.0),
+    )
+
+
+def _lock(settings: CollectorSettings) -> int:
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        return lock_state_dir(settings.state_dir)
+    except StateDirInUse as error:
+        raise AgentError(str(error)) from error
+    except OSError as error:
+        raise AgentError(f"cannot use state directory {settings.state_dir}: {error.strerror or error}") from error
+
+
+def _open_outbox(settings: CollectorSettings) -> Outbox:
+    """The outbox; on a full disk, once more after releasing the state dir's ballast (see statedir)."""
+    try:
+        outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+    except OutboxIOError:
+        if not release_ballast(settings.state_dir):
+            raise
+        outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
+    keep_ballast(settings.state_dir)
+    return outbox
+
+
+def _shipper(settings: CollectorSettings, outbox: Outbox, sink: Sink) -> Shipper:
+    return Shipper(outbox, sink, batch=settings.ship_batch, max_wait_s=settings.ship_max_wait)
