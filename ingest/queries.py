@@ -67,6 +67,9 @@ WHERE vm_id IN (SELECT vm_id FROM transitions_by_time
                   AND observed_at >= {since:DateTime64(3, 'UTC')} AND observed_at < {until:DateTime64(3, 'UTC')})
   AND observed_at >= {since:DateTime64(3, 'UTC')} AND observed_at < {until:DateTime64(3, 'UTC')}
 ORDER BY observed_at, incarnation, kind
+-- a transition's copies share its observed_at, hence its month: FINAL may work partition by partition, and the
+-- window's months are the only ones read
+SETTINGS do_not_merge_across_partitions_select_final = 1
 """,
     {"vm": "String", "since": "DateTime64", "until": "DateTime64"},
 )
