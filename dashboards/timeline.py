@@ -26,7 +26,10 @@ STATE_MAPPINGS = [
 ]
 # The free-text EventId reaches SQL percent-encoded (only [A-Za-z0-9-_.~] and %XX remain, so no quote or
 # backslash can end the literal) and ClickHouse decodes it: no crafted value changes the query.
-ONE_EVENT = "event_id = decodeURLComponent('${event_id:percentencode}')"
+THE_EVENT = "decodeURLComponent('${event_id:percentencode}')"
+ONE_EVENT = f"event_id = {THE_EVENT}"
+# the drill-down's event, read from its own first day on
+ITS_VMS = f.since(f"SELECT {THE_EVENT}", "event_vms")
 LANE = "concat('FD ', ifNull(toString(fault_domain), '?'), ' / ', vm_name, ' / ', substring(event_id, 1, 8))"
 STATE = (
     f"multiIf(kind = 'disappeared', {GONE}, status = 'Started', {STARTED}, status = 'Scheduled', {SCHEDULED}, {GONE})"
@@ -76,7 +79,7 @@ def panels() -> list[g.Panel | g.Row]:
             "not_before_first AS not_before, started_at, ended_at, outcome, "
             "if(started_at IS NULL OR ended_at IS NULL, NULL, "
             "dateDiff('millisecond', started_at, ended_at) / 1000) AS impact_s "
-            f"FROM {DB}.event_vms WHERE {ONE_EVENT} ORDER BY fault_domain, vm_name",
+            f"FROM {ITS_VMS} WHERE {ONE_EVENT} ORDER BY fault_domain, vm_name",
             width=14,
             height=10,
         ),
@@ -87,7 +90,7 @@ def panels() -> list[g.Panel | g.Row]:
             "min(started_at) AS first_started, max(ended_at) AS last_ended, "
             "max(if(started_at IS NULL OR ended_at IS NULL, NULL, "
             "dateDiff('millisecond', started_at, ended_at) / 1000)) AS max_impact_s "
-            f"FROM {DB}.event_vms WHERE {ONE_EVENT} GROUP BY fault_domain ORDER BY fault_domain",
+            f"FROM {ITS_VMS} WHERE {ONE_EVENT} GROUP BY fault_domain ORDER BY fault_domain",
             width=10,
             height=10,
         ),
