@@ -1,10 +1,10 @@
 -- Rollups that follow `transitions` and `heartbeats` by themselves (materialized views), so that every question
 -- costs what it shows, not the length of the history. `transitions` stays the table of record.
 --
--- Every state here is unchanged by a repeated row (min, max, the greatest (observed_at, value) tuple for what
--- argMax gave, unique arrays of transition hashes instead of counts, maxMap), kept as SimpleAggregateFunction
--- columns so that inserts and merges stay cheap: a redelivered duplicate, a replay of dead letters or a second
--- backfill never changes a figure, and each backfill below may overlap rows its view already saw.
+-- Every state here is unchanged by a repeated row (min, max, argMin/argMax, unique arrays of transition hashes
+-- instead of counts, maxMap): a redelivered duplicate, a replay of dead letters or a second backfill never
+-- changes a figure, and each backfill below may overlap rows its view already saw. Plain values (times, arrays)
+-- are SimpleAggregateFunction columns, cheap to insert; last-value fields are argMax states, cheap to merge.
 --
 -- event_vm_rollup      one (event, observing VM): the lifecycle `event_vms` reads.
 -- event_rollup         one event, partitioned by the month of its last activity: what finds the events of a
@@ -22,31 +22,29 @@ CREATE TABLE IF NOT EXISTS ${db}.event_vm_rollup${local} ${on_cluster}
     day               Date,
     event_id          String,
     vm_id             String,
-    -- (observed_at, value): the greatest tuple is the value last observed, as argMax would give, but kept as a
-    -- plain column (SimpleAggregateFunction) so that inserts and merges stay cheap
-    vm_name           SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    subscription_id   SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    resource_group    SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    location          SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    zone              SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    scale_set         SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    fault_domain      SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(UInt16))),
-    update_domain     SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(UInt16))),
+    -- the value last (or first) observed, as argMax/argMin states: merged by their own fast code at read time
+    vm_name           AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    subscription_id   AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    resource_group    AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    location          AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    zone              AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    scale_set         AggregateFunction(argMax, String, DateTime64(3, 'UTC')),
+    fault_domain      AggregateFunction(argMax, Nullable(UInt16), DateTime64(3, 'UTC')),
+    update_domain     AggregateFunction(argMax, Nullable(UInt16), DateTime64(3, 'UTC')),
     affects_this_vm   SimpleAggregateFunction(max, Bool),
-    event_type        SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    event_source      SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(String))),
-    resource_type     SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
-    description       SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(String))),
-    -- first announced: the least tuple; rows without a value carry the far future so they never win
-    duration_s        SimpleAggregateFunction(min, Tuple(DateTime64(3, 'UTC'), Nullable(Int64))),
+    event_type        AggregateFunction(argMaxIf, String, DateTime64(3, 'UTC'), UInt8),
+    event_source      AggregateFunction(argMaxIf, Nullable(String), DateTime64(3, 'UTC'), UInt8),
+    resource_type     AggregateFunction(argMaxIf, String, DateTime64(3, 'UTC'), UInt8),
+    description       AggregateFunction(argMaxIf, Nullable(String), DateTime64(3, 'UTC'), UInt8),
+    duration_s        AggregateFunction(argMinIf, Nullable(Int64), DateTime64(3, 'UTC'), UInt8),
     resources         SimpleAggregateFunction(groupUniqArrayArray, Array(String)),
     first_seen_at     SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
     last_seen_at      SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
-    not_before_first  SimpleAggregateFunction(min, Tuple(DateTime64(3, 'UTC'), Nullable(DateTime64(3, 'UTC')))),
-    not_before_last   SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), Nullable(DateTime64(3, 'UTC')))),
+    not_before_first  AggregateFunction(argMinIf, Nullable(DateTime64(3, 'UTC')), DateTime64(3, 'UTC'), UInt8),
+    not_before_last   AggregateFunction(argMaxIf, Nullable(DateTime64(3, 'UTC')), DateTime64(3, 'UTC'), UInt8),
     started_at        SimpleAggregateFunction(min, Nullable(DateTime64(3, 'UTC'))),
-    -- at equal times a disappearance is the later of the two
-    last_kind         SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), UInt8, String)),
+    -- the last kind; at equal times a disappearance is the later one (milliseconds * 2, plus 1 when gone)
+    last_kind         AggregateFunction(argMax, String, UInt64),
     transition_ids    SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64)),
     anomaly_ids       SimpleAggregateFunction(groupUniqArrayArray, Array(UInt64)),
     -- one EventId through the plain views (drill-down, audit) reads only the granules that hold it
@@ -63,30 +61,29 @@ AS SELECT
     toDate(min(observed_at)) AS day,
     event_id,
     vm_id,
-    max((observed_at, toString(vm_name))) AS vm_name,
-    max((observed_at, toString(subscription_id))) AS subscription_id,
-    max((observed_at, toString(resource_group))) AS resource_group,
-    max((observed_at, toString(location))) AS location,
-    max((observed_at, toString(zone))) AS zone,
-    max((observed_at, toString(scale_set))) AS scale_set,
-    -- like argMax, the last value that is not NULL
-    maxIf((observed_at, fault_domain), fault_domain IS NOT NULL) AS fault_domain,
-    maxIf((observed_at, update_domain), update_domain IS NOT NULL) AS update_domain,
+    argMaxState(toString(vm_name), observed_at) AS vm_name,
+    argMaxState(toString(subscription_id), observed_at) AS subscription_id,
+    argMaxState(toString(resource_group), observed_at) AS resource_group,
+    argMaxState(toString(location), observed_at) AS location,
+    argMaxState(toString(zone), observed_at) AS zone,
+    argMaxState(toString(scale_set), observed_at) AS scale_set,
+    -- like argMax of a Nullable column in a plain query: the last value that is not NULL
+    argMaxState(fault_domain, observed_at) AS fault_domain,
+    argMaxState(update_domain, observed_at) AS update_domain,
     max(affects_this_vm) AS affects_this_vm,
-    maxIf((observed_at, toString(event_type)), event_type != '') AS event_type,
-    maxIf((observed_at, CAST(event_source, 'Nullable(String)')), event_source IS NOT NULL) AS event_source,
-    maxIf((observed_at, toString(resource_type)), resource_type != '') AS resource_type,
-    maxIf((observed_at, description), description IS NOT NULL) AS description,
-    min(if(duration_s IS NULL, (toDateTime64('2299-12-31 00:00:00', 3, 'UTC'), NULL), (observed_at, duration_s)))
-        AS duration_s,
+    argMaxIfState(toString(event_type), observed_at, event_type != '') AS event_type,
+    argMaxIfState(CAST(event_source, 'Nullable(String)'), observed_at, event_source IS NOT NULL) AS event_source,
+    argMaxIfState(toString(resource_type), observed_at, resource_type != '') AS resource_type,
+    argMaxIfState(description, observed_at, description IS NOT NULL) AS description,
+    argMinIfState(duration_s, observed_at, duration_s IS NOT NULL) AS duration_s,
     groupUniqArrayArray(resources) AS resources,
     min(observed_at) AS first_seen_at,
     max(observed_at) AS last_seen_at,
-    min(if(not_before IS NULL, (toDateTime64('2299-12-31 00:00:00', 3, 'UTC'), NULL), (observed_at, not_before)))
-        AS not_before_first,
-    maxIf((observed_at, not_before), not_before IS NOT NULL) AS not_before_last,
+    argMinIfState(not_before, observed_at, not_before IS NOT NULL) AS not_before_first,
+    argMaxIfState(not_before, observed_at, not_before IS NOT NULL) AS not_before_last,
     minIf(toNullable(observed_at), status = 'Started') AS started_at,
-    max((observed_at, toUInt8(kind = 'disappeared'), toString(kind))) AS last_kind,
+    argMaxState(toString(kind), toUInt64(toUnixTimestamp64Milli(observed_at)) * 2 + (kind = 'disappeared'))
+        AS last_kind,
     groupUniqArray(cityHash64(transition_id)) AS transition_ids,
     groupUniqArrayIf(cityHash64(transition_id), kind = 'anomaly') AS anomaly_ids
 FROM ${db}.transitions${local}
@@ -102,7 +99,6 @@ CREATE TABLE IF NOT EXISTS ${db}.event_rollup${local} ${on_cluster}
     -- per observing VM (cityHash64 of vm_id): its last observation in milliseconds * 2, plus 1 when that
     -- observation closed the event on that VM (it disappeared, or the VM's own Terminate or Preempt started)
     vm_last           SimpleAggregateFunction(maxMap, Tuple(Array(UInt64), Array(UInt64))),
-    event_type        SimpleAggregateFunction(max, Tuple(DateTime64(3, 'UTC'), String)),
     affected_vms      SimpleAggregateFunction(groupUniqArrayArray, Array(String))
 )
 ENGINE = AggregatingMergeTree()
@@ -117,7 +113,6 @@ AS SELECT
     min(observed_at) AS first_seen_at,
     max(observed_at) AS last_seen_at,
     maxMap(([vm_key], [vm_state])) AS vm_last,
-    maxIf((observed_at, type), type != '') AS event_type,
     groupUniqArrayArray(resources) AS affected_vms
 FROM
 (
@@ -288,27 +283,27 @@ FROM
     SELECT
         event_id,
         vm_id,
-        max(vm_name).2 AS vm_name,
-        max(subscription_id).2 AS subscription_id,
-        max(resource_group).2 AS resource_group,
-        max(location).2 AS location,
-        max(zone).2 AS zone,
-        max(scale_set).2 AS scale_set,
-        max(fault_domain).2 AS fault_domain,
-        max(update_domain).2 AS update_domain,
+        argMaxMerge(vm_name) AS vm_name,
+        argMaxMerge(subscription_id) AS subscription_id,
+        argMaxMerge(resource_group) AS resource_group,
+        argMaxMerge(location) AS location,
+        argMaxMerge(zone) AS zone,
+        argMaxMerge(scale_set) AS scale_set,
+        argMaxMerge(fault_domain) AS fault_domain,
+        argMaxMerge(update_domain) AS update_domain,
         max(affects_this_vm) AS affects_this_vm,
-        max(event_type).2 AS event_type,
-        max(event_source).2 AS event_source,
-        max(resource_type).2 AS resource_type,
-        max(description).2 AS description,
-        min(duration_s).2 AS duration_s,
+        argMaxIfMerge(event_type) AS event_type,
+        argMaxIfMerge(event_source) AS event_source,
+        argMaxIfMerge(resource_type) AS resource_type,
+        argMaxIfMerge(description) AS description,
+        argMinIfMerge(duration_s) AS duration_s,
         arraySort(groupUniqArrayArray(resources)) AS resources,
         min(first_seen_at) AS first_seen_at,
         max(last_seen_at) AS last_seen_at,
-        min(not_before_first).2 AS not_before_first,
-        max(not_before_last).2 AS not_before_last,
+        argMinIfMerge(not_before_first) AS not_before_first,
+        argMaxIfMerge(not_before_last) AS not_before_last,
         min(started_at) AS started_at,
-        max(last_kind).3 AS last_kind,
+        argMaxMerge(last_kind) AS last_kind,
         length(groupUniqArrayArray(transition_ids)) AS transitions,
         length(groupUniqArrayArray(anomaly_ids)) AS anomalies
     FROM ${db}.event_vm_rollup
