@@ -11,7 +11,9 @@ import dataclasses
 import logging
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +59,15 @@ class FleetRun:
         return sum(agent.outbox.depth() for agent in self.agents)
 
     def finish(self, settle_s: float | None = None) -> None:
-        """Let collectors see the last changes, stop them, stop the live ingest and drain every outbox."""
-        self.collectors_stop.wait(2 * self.poll_interval + 0.5 if settle_s is None else settle_s)
+        """Let collectors see the last changes, stop them, stop the live ingest and drain every outbox.
+
+        By default every collector has stored what it could know: each VM was answered twice since now (a
+        collector asks again only once it committed the previous answer), however slow a loaded machine is.
+        """
+        if settle_s is None:
+            self.wait_answered(since=datetime.now(UTC), times=2, timeout=120)
+        else:
+            self.collectors_stop.wait(settle_s)
         self.collectors_stop.set()
         for thread in self.threads:
             thread.join(timeout=30)
@@ -71,6 +80,16 @@ class FleetRun:
         self.pipeline.handler.stored += drain.handler.stored
         if self.failures:
             raise RuntimeError(f"{len(self.failures)} pipeline threads failed") from self.failures[0]
+
+    def wait_answered(self, *, since: datetime, times: int, timeout: float) -> bool:
+        """Until every VM was answered ``times`` times after ``since`` (or ``timeout`` seconds passed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(sum(1 for t in self.sim.served(vm) if t > since) >= times for vm in self.sim.vm_names):
+                return True
+            if self.collectors_stop.wait(min(0.05, self.poll_interval)):
+                return False
+        return False
 
     def close(self) -> None:
         """Stop everything and release the outboxes, the simulator and the ClickHouse client (idempotent)."""
