@@ -55,6 +55,12 @@ def since(ids: str, view: str = "events") -> str:
     return f"{view}_since(since_day = ({first_day}))"
 
 
+EVENTS_FIRST_SEEN_IN_WINDOW = (
+    f"FROM {since(WINDOW_IDS)} WHERE event_id IN ({WINDOW_IDS}) "
+    "AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+)
+
+
 VM_HISTORY = Query(
     "vm_history",
     "What happened to a VM between two times",
@@ -137,13 +143,9 @@ DISRUPTIVE_EVENTS = Query(
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
        approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains
-FROM """
-    + since(WINDOW_IDS)
+"""
+    + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
-WHERE event_id IN ("""
-    + WINDOW_IDS
-    + """)
-  AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
   AND has({types:Array(String)}, event_type)
 ORDER BY first_seen_at, event_id
 """,
@@ -171,13 +173,9 @@ EVENTS_IN_WINDOW = Query(
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s, affected_vm_count,
        affected_vms, fault_domains, update_domains, duration_s, description
-FROM """
-    + since(WINDOW_IDS)
+"""
+    + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
-WHERE event_id IN ("""
-    + WINDOW_IDS
-    + """)
-  AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ORDER BY first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},
