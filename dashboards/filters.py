@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from dashboards import grafana
+from ingest import queries
 
 DB: Final = "sevents"
 EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
@@ -95,8 +96,7 @@ OVERLAPPING_IDS: Final = (
 
 def since(ids: str, view: str = "events") -> str:
     """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on."""
-    first_day = f"SELECT toDate(min(first_seen_at)) FROM {DB}.event_rollup WHERE event_id IN ({ids})"
-    return f"{DB}.{view}_since(since_day = ({first_day}))"
+    return queries.since(ids, view, f"{DB}.")
 
 
 def active() -> str:

@@ -49,10 +49,13 @@ WINDOW_IDS = (
 ONE_ID = "SELECT {event_id:String}"
 
 
-def since(ids: str, view: str = "events") -> str:
-    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on."""
-    first_day = f"SELECT toDate(min(first_seen_at)) FROM event_rollup WHERE event_id IN ({ids})"
-    return f"{view}_since(since_day = ({first_day}))"
+def since(ids: str, view: str = "events", db: str = "") -> str:
+    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on.
+
+    ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
+    """
+    first_day = f"SELECT toDate(min(first_seen_at)) FROM {db}event_rollup WHERE event_id IN ({ids})"
+    return f"{db}{view}_since(since_day = ({first_day}))"
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
