@@ -38,7 +38,7 @@ from ingest.rules import (
     Rule,
     check_document,
 )
-from sevents import records
+from sevents import contract, records
 
 __all__ = [
     "COMMON_RULES",
@@ -52,6 +52,7 @@ __all__ = [
     "Limits",
     "Rule",
     "decode",
+    "decode_noted",
     "decode_reference",
     "decode_row",
     "decode_values",
@@ -75,6 +76,9 @@ class _Plan:
     maps: tuple[int, ...]
     check_key: Callable[[tuple[Any, ...]], None]
     decoder: msgspec.json.Decoder[Any]
+    fields: tuple[contract.Field, ...]
+    defaults: tuple[tuple[str, Any], ...]  # optional fields and their defaults
+    note_at: int | None  # where notes of fields made safe go (the anomaly column), if the type has one
 
     @classmethod
     def of(cls, record_type: str, check_key: Callable[[tuple[Any, ...]], None]) -> _Plan:
@@ -93,6 +97,9 @@ class _Plan:
             maps=tuple(i for i, k in enumerate(kinds) if k == "counts"),
             check_key=check_key,
             decoder=msgspec.json.Decoder(_struct(record_type, rules)),
+            fields=contract.CONTRACT[record_type],
+            defaults=tuple((r.name, r.default) for r in rules.values() if not r.required),
+            note_at=list(rules).index("anomaly") if "anomaly" in rules else None,
         )
 
 
@@ -106,7 +113,7 @@ def _struct(record_type: str, rules: Mapping[str, Rule]) -> type[msgspec.Struct]
         "texts": list[str],
         "counts": dict[str, int],
     }
-    fields: list[tuple[str, Any]] = []
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for name, rule in rules.items():
         kind: Any = kind_types[rule.kind]
         if rule.kind == "int" and _fits_int64(rule):
@@ -115,9 +122,11 @@ def _struct(record_type: str, rules: Mapping[str, Rule]) -> type[msgspec.Struct]
             kind = Literal[records.SCHEMA_VERSION]
         elif name == "record_type":
             kind = Literal[record_type]
-        fields.append((name, kind | None if rule.nullable else kind))
+        kind = kind | None if rule.nullable else kind
+        fields.append((name, kind) if rule.required else (name, kind, rule.default))
     # Unknown fields go to the precise path: msgspec skips them less strictly than orjson parses them.
-    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True)
+    # kw_only: optional fields (with a default) may come anywhere in the declaration, not only last.
+    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True, kw_only=True)
 
 
 def _fits_int64(rule: Rule) -> bool:
@@ -147,13 +156,28 @@ def decode_row(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -
     return plan.record_type, tuple(row)
 
 
+def decode_noted(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
+    """``decode_row`` and the note of the fields made safe ("" when none: the record was stored as sent).
+
+    A non-empty note means the row holds repaired values and the original payload belongs in dead letters.
+    """
+    plan, row, notes = _validated_noted(payload, limits)
+    row.append(position)
+    return plan.record_type, tuple(row), notes
+
+
 def decode_reference(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...]]:
     """``decode_values`` by the precise path alone: what the fast path must agree with (tests compare them)."""
-    plan, row = _precise(payload, limits)
+    plan, row, _ = _precise(payload, limits)
     return plan.record_type, tuple(row)
 
 
 def _validated(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
+    plan, row, _ = _validated_noted(payload, limits)
+    return plan, row
+
+
+def _validated_noted(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], str]:
     if len(payload) > limits.max_payload_bytes:
         raise InvalidRecord("too_large", f"{len(payload)} bytes > {limits.max_payload_bytes}")
     # A payload no longer than the text limit cannot hold a string over it: the fast path need not look.
@@ -165,7 +189,7 @@ def _validated(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
                 continue  # not valid JSON of this type (a canonical record of the other fails at its first key)
             row = _checked(plan, values, limits)
             if row is not None:
-                return plan, row
+                return plan, row, ""
             break
     return _precise(payload, limits)  # says why, or takes it (unknown fields)
 
@@ -205,8 +229,12 @@ def _row(plan: _Plan, values: tuple[Any, ...]) -> list[Any] | None:
     return row
 
 
-def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
-    """The reference path: the same outcome for every payload, and the reason for every rejection."""
+def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], str]:
+    """The reference path: the same outcome for every payload, and the reason for every rejection.
+
+    A record whose only faults are in fields that can be made safe (``contract.make_safe``) is taken with
+    those fields repaired and a note saying how; the caller keeps the original in dead letters.
+    """
     try:
         document = orjson.loads(payload)
     except (ValueError, RecursionError) as error:
@@ -220,12 +248,32 @@ def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
     plan = _PLANS.get(record_type) if isinstance(record_type, str) else None
     if plan is None:
         raise InvalidRecord("record_type", f"unknown record_type {record_type!r}")
+    for name, default in plan.defaults:  # optional fields an older collector does not send
+        document.setdefault(name, default)
     try:
         values = plan.fetch(document)
     except KeyError as missing:
         raise InvalidRecord("missing_field", str(missing.args[0])) from None
-    if len(payload) > limits.max_text_chars:
-        check_document(plan.rules, document, limits)
+    notes = ""
+    try:
+        _check_all(plan, document, values, limits)
+    except InvalidRecord:
+        safe, repairs = contract.make_safe(plan.fields, document, limits)
+        if not repairs:
+            raise
+        _check_all(plan, safe, plan.fetch(safe), limits)  # still bad (a key, a type): the whole record goes
+        document, values, notes = safe, plan.fetch(safe), "made safe: " + "; ".join(repairs)
+    row = _row(plan, values)
+    if row is None:  # check_document passed every timestamp that _row refused: the two disagree
+        raise InvalidRecord("inconsistent", "the timestamp checks disagree")
+    if notes and plan.note_at is not None:  # after the key check: the anomaly is part of some keys
+        noted = f"{row[plan.note_at]}; {notes}" if row[plan.note_at] else notes
+        row[plan.note_at] = noted[: limits.max_text_chars]
+    return plan, row, notes
+
+
+def _check_all(plan: _Plan, document: Mapping[str, Any], values: tuple[Any, ...], limits: Limits) -> None:
+    """Every rule and the key, raising the reason of the first violation in the reference order."""
     try:  # a wrong type, range or size anywhere: the first bad field in order, whatever it is
         check_document(plan.rules, document, limits, time_format=False)
     except InvalidRecord:
@@ -233,10 +281,6 @@ def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
         raise
     plan.check_key(values)  # a wrong key outranks a malformed timestamp
     check_document(plan.rules, document, limits)
-    row = _row(plan, values)
-    if row is None:  # check_document passed every timestamp that _row refused: the two disagree
-        raise InvalidRecord("inconsistent", "the timestamp checks disagree")
-    return plan, row
 
 
 def _index(rules: Mapping[str, Rule], *names: str) -> tuple[int, ...]:
