@@ -179,8 +179,11 @@ class Agent:
             )
         return [{**r, "seq": s} for r, s in zip(records, seqs, strict=True)]
 
-    def heartbeat(self) -> dict[str, Any] | None:
-        """Commit one heartbeat record; it with its seq, or None if the full outbox refused it (counted)."""
+    def heartbeat(self, *, final: bool = False) -> dict[str, Any] | None:
+        """Commit one heartbeat record; it with its seq, or None if the full outbox refused it (counted).
+
+        ``final``: the last heartbeat of a clean stop, so a silent VM can be told from one stopped on purpose.
+        """
         current = self.outbox.drops()
         drops = {
             r: n - self._drops_at_start.get(r, 0) for r, n in current.items() if n > self._drops_at_start.get(r, 0)
@@ -199,6 +202,7 @@ class Agent:
             outbox_depth=self.outbox.depth(),
             drops=drops,
             started_at=self.started_at,
+            final=final,
         )
         seqs = self.outbox.commit([record], None)
         self._refresh_outbox_metrics()
@@ -232,6 +236,8 @@ class Agent:
                     self.heartbeat()
                     next_heartbeat = self._monotonic() + self.settings.heartbeat_interval
                 stop.wait(max(0.0, tick + self.settings.poll_interval - self._monotonic()))
+            if not shipper_failure:  # a clean stop (signal): say so before the drain below ships it
+                self.heartbeat(final=True)
         finally:
             shipper_stop.set()
             if shipper_thread is not None and self._shipper is not None:
