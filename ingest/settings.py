@@ -30,6 +30,8 @@ class IngestSettings:
     clickhouse_password_file: Path | None = None
     clickhouse_password: str = field(default="", repr=False)  # env SEVENTS_CLICKHOUSE_PASSWORD only
     database: str = "sevents"
+    # Seconds ``run`` waits for an embedded directory another process holds (a stopping ingest), then fails.
+    clickhouse_lock_wait: float = 300.0
     cluster: str = ""  # a cluster name: Replicated tables, Distributed tables, ON CLUSTER DDL
     source: str = "outbox:/var/lib/sevents-collector"  # outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] | eventhubs
     batch_max_records: int = 10_000

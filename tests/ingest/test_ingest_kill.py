@@ -182,3 +182,50 @@ def test_many_random_kills_with_small_batches_lose_and_duplicate_nothing(tmp_pat
         "heartbeats_duplicated": 0,
         "dead_letters": 1,
     }
+
+
+@pytest.mark.slow
+def test_an_ingest_finding_the_directory_locked_waits_for_it_with_a_message(tmp_path: Path) -> None:
+    """Issue 17.8, two real processes: a second ``run`` on a held embedded directory does not exit; it says it is
+    waiting, and loads its outbox once the first stops. With a short ``--clickhouse-lock-wait`` it gives up."""
+    fill_outbox(tmp_path / "a" / "vm-0", dataset())
+    fill_outbox(tmp_path / "b" / "vm-0", [synthetic.heartbeat(vm_index=9)])
+    target = f"chdb://{tmp_path / 'ch'}"
+    first = subprocess.Popen(
+        [*CLI, "run", "--source", f"outbox:{tmp_path / 'a' / 'vm-*'}", "--clickhouse", target],
+        stderr=subprocess.DEVNULL,
+    )
+    second: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while depth(tmp_path / "a" / "vm-0") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert depth(tmp_path / "a" / "vm-0") == 0  # the first holds the directory now
+        run_b = [*CLI, "run", "--source", f"outbox:{tmp_path / 'b' / 'vm-*'}", "--clickhouse", target, "--until-idle"]
+        impatient = subprocess.run(
+            [*run_b, "--clickhouse-lock-wait", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert impatient.returncode == 1
+        assert "open in another process" in impatient.stderr
+        assert "waiting for it" in impatient.stderr
+        second = subprocess.Popen(
+            run_b,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(4)
+        assert second.poll() is None, "the second ingest exited instead of waiting"
+        assert depth(tmp_path / "b" / "vm-0") == 1
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+    assert second is not None
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert "waiting for it" in err
+    assert depth(tmp_path / "b" / "vm-0") == 0
+    counts = json.loads(run_cli("audit", "counts", "--clickhouse", target, "--format", "json"))
+    assert counts[0]["heartbeats"] == 5
