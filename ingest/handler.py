@@ -122,7 +122,7 @@ class Handler:
         while True:
             started = time.monotonic()
             try:
-                self.writer.store(batch)
+                self.writer.store(batch, retry=attempt > 0)
             except RejectedRows:
                 raise
             except StoreError as error:

@@ -40,6 +40,9 @@ class IngestSettings:
     poll_interval: float = 0.2  # outbox source: pause between reads when there is nothing new
     max_payload_bytes: int = 256 * 1024
     max_text_chars: int = 16 * 1024
+    # Seconds after the first insert during which every insert is checked for rows a deduplication entry
+    # claims but a crash lost (redeliveries come first after a restart); retries are always checked.
+    verify_window: float = 120.0
     retry_initial: float = 0.5
     retry_cap: float = 30.0
     eventhubs_namespace: str = ""  # fully qualified; managed identity

@@ -77,7 +77,7 @@ def build(
             log.info("schema migrated", extra={"versions": applied})
     metrics = IngestMetrics.create(meter_provider) if meter_provider is not None else None
     handler = Handler(
-        Writer(client, settings.database, cluster=bool(settings.cluster)),
+        Writer(client, settings.database, cluster=bool(settings.cluster), verify_window=settings.verify_window),
         source=settings.source.split(":", 1)[0],
         stop=stop,
         backoff=Backoff(initial=settings.retry_initial, cap=settings.retry_cap),
