@@ -169,6 +169,7 @@ def random_kills(tmp_path: Path, kills: int, *, vms: int = 25, seed: int = 17) -
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # about 3 s a kill: the default 30 take under two minutes, 500 by hand half an hour
 def test_many_random_kills_with_small_batches_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Issue 17.6: random kill -9 of the ingest (default 30; SEVENTS_KILLS=500 by hand) lose nothing, and FINAL
     shows each row once."""
