@@ -56,6 +56,7 @@ __all__ = [
     "decode_reference",
     "decode_row",
     "decode_values",
+    "decoder_for",
 ]
 
 DEFAULT_LIMITS: Final = Limits()
@@ -81,8 +82,14 @@ class _Plan:
     note_at: int | None  # where notes of fields made safe go (the anomaly column), if the type has one
 
     @classmethod
-    def of(cls, record_type: str, check_key: Callable[[tuple[Any, ...]], None]) -> _Plan:
-        rules = RULES[record_type]
+    def of(
+        cls,
+        record_type: str,
+        check_key: Callable[[tuple[Any, ...]], None],
+        fields: tuple[contract.Field, ...] | None = None,
+    ) -> _Plan:
+        fields = contract.CONTRACT[record_type] if fields is None else fields
+        rules = RULES[record_type] if fields is contract.CONTRACT[record_type] else {f.name: f for f in fields}
         kinds = [r.kind for r in rules.values()]
         return cls(
             record_type=record_type,
@@ -97,7 +104,7 @@ class _Plan:
             maps=tuple(i for i, k in enumerate(kinds) if k == "counts"),
             check_key=check_key,
             decoder=msgspec.json.Decoder(_struct(record_type, rules)),
-            fields=contract.CONTRACT[record_type],
+            fields=fields,
             defaults=tuple((r.name, r.default) for r in rules.values() if not r.required),
             note_at=list(rules).index("anomaly") if "anomaly" in rules else None,
         )
@@ -177,12 +184,15 @@ def _validated(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
     return plan, row
 
 
-def _validated_noted(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], str]:
+def _validated_noted(
+    payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None
+) -> tuple[_Plan, list[Any], str]:
+    plans = _FAST_ORDER if plans is None else plans
     if len(payload) > limits.max_payload_bytes:
         raise InvalidRecord("too_large", f"{len(payload)} bytes > {limits.max_payload_bytes}")
     # A payload no longer than the text limit cannot hold a string over it: the fast path need not look.
     if len(payload) <= limits.max_text_chars:
-        for plan in _FAST_ORDER:
+        for plan in plans:
             try:
                 values = msgspec.structs.astuple(plan.decoder.decode(payload))
             except (msgspec.MsgspecError, ValueError, RecursionError):
@@ -191,7 +201,7 @@ def _validated_noted(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], 
             if row is not None:
                 return plan, row, ""
             break
-    return _precise(payload, limits)  # says why, or takes it (unknown fields)
+    return _precise(payload, limits, plans)  # says why, or takes it (unknown fields)
 
 
 def _checked(plan: _Plan, values: tuple[Any, ...], limits: Limits) -> list[Any] | None:
@@ -229,7 +239,7 @@ def _row(plan: _Plan, values: tuple[Any, ...]) -> list[Any] | None:
     return row
 
 
-def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], str]:
+def _precise(payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None) -> tuple[_Plan, list[Any], str]:
     """The reference path: the same outcome for every payload, and the reason for every rejection.
 
     A record whose only faults are in fields that can be made safe (``contract.make_safe``) is taken with
@@ -245,7 +255,8 @@ def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any], str]:
     if type(version) is not int or version != records.SCHEMA_VERSION:
         raise InvalidRecord("schema_version", f"unsupported schema_version {version!r}")
     record_type = document.get("record_type")
-    plan = _PLANS.get(record_type) if isinstance(record_type, str) else None
+    by_type = _PLANS if plans is None else {p.record_type: p for p in plans}
+    plan = by_type.get(record_type) if isinstance(record_type, str) else None
     if plan is None:
         raise InvalidRecord("record_type", f"unknown record_type {record_type!r}")
     for name, default in plan.defaults:  # optional fields an older collector does not send
@@ -315,3 +326,22 @@ _TRANSITION: Final = _Plan.of(records.RECORD_TRANSITION, _check_transition_key)
 _HEARTBEAT: Final = _Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
 _PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT)}
 _FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT)  # the one the throughput goal is about first
+
+
+def decoder_for(
+    declaration: Mapping[str, tuple[contract.Field, ...]],
+) -> Callable[[bytes, str, Limits], tuple[str, tuple[Any, ...], str]]:
+    """``decode_noted`` for another declaration of the same record types (e.g. one with a field added).
+
+    The ingest's own decoder is this, built once from ``sevents.contract.CONTRACT``; tests use it to show that a
+    new optional field needs no change here.
+    """
+    checks = {records.RECORD_TRANSITION: _check_transition_key, records.RECORD_HEARTBEAT: _check_heartbeat_key}
+    plans = tuple(_Plan.of(t, checks[t], fields) for t, fields in declaration.items())
+
+    def decode_with(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
+        plan, row, notes = _validated_noted(payload, limits, plans)
+        row.append(position)
+        return plan.record_type, tuple(row), notes
+
+    return decode_with

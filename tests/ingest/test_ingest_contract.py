@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from collector.enrich import heartbeat_record
 from collector.model import VmIdentity
 from ingest import synthetic
+from ingest.decode import decoder_for
 from ingest.handler import MADE_SAFE, Handler, prepare
 from ingest.rows import COLUMNS_OF
 from ingest.source import Delivery
@@ -180,3 +181,35 @@ def test_any_record_is_a_row_possibly_made_safe_or_a_dead_letter_with_a_reason(
 
 
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def test_a_new_optional_field_is_one_declaration_line(ch: Any, db: str) -> None:
+    """Declare one more optional field (and add its column, as a migration would): the builder, the validator
+    (the compiled fast path included) and the rows carry it; records without it get its default; a bad value
+    in it is made safe like any other field's."""
+    cpu = contract.Field("cpu_count", "int", "Nullable(UInt16)", nullable=True, bounds=contract.UINT16, default=None)
+    extended = {**contract.CONTRACT, contract.RECORD_HEARTBEAT: (*contract.HEARTBEAT, cpu)}
+    heartbeat = extended[contract.RECORD_HEARTBEAT]
+    ch.command(f"ALTER TABLE {db}.heartbeats ADD COLUMN IF NOT EXISTS cpu_count Nullable(UInt16)")  # the migration
+
+    values = {k: v for k, v in synthetic.heartbeat().items() if k != "seq"}
+    built, notes = contract.build(heartbeat, {**values, "cpu_count": 8}, skip=("seq",))
+    assert (built["cpu_count"], notes) == (8, [])
+    assert contract.build(heartbeat, values, skip=("seq",))[0]["cpu_count"] is None  # optional: defaulted
+
+    decode_with = decoder_for(extended)
+    columns = [*contract.names(heartbeat), "source_position"]
+    rows = []
+    for i, cpu_count in enumerate([8, None, 70000]):
+        record = {**built, "seq": 1, "cpu_count": cpu_count}
+        record_type, row, note = decode_with(encode(record), f"p#{i}", Limits())
+        assert record_type == contract.RECORD_HEARTBEAT
+        assert row[columns.index("cpu_count")] == (None if cpu_count == 70000 else cpu_count)
+        assert ("cpu_count: null" in note) is (cpu_count == 70000)
+        rows.append(row)
+    older = {**built, "seq": 1}
+    del older["cpu_count"]
+    assert decode_with(encode(older), "p#3", Limits())[1][columns.index("cpu_count")] is None
+
+    ch.insert(f"{db}.heartbeats", rows[:1], column_names=columns)
+    assert scalar(ch, f"SELECT cpu_count FROM {db}.heartbeats") == 8
