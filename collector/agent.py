@@ -204,8 +204,11 @@ class Agent:
         )
         self._refresh_outbox_metrics()
 
-    def heartbeat(self) -> dict[str, Any] | None:
-        """Commit one heartbeat record; it with its seq, or None if the full outbox refused it (counted)."""
+    def heartbeat(self, *, final: bool = False) -> dict[str, Any] | None:
+        """Commit one heartbeat record; it with its seq, or None if the full outbox refused it (counted).
+
+        ``final``: the last heartbeat of a clean stop, so a silent VM can be told from one stopped on purpose.
+        """
         current = self.outbox.drops()
         start = self._drops_at_start
         drops = {r: n - start.get(r, 0) for r, n in current.items() if n > start.get(r, 0)}
@@ -223,6 +226,7 @@ class Agent:
             outbox_depth=self.outbox.depth(),
             drops=drops,
             started_at=self.started_at,
+            final=final,
         )
         seqs = self.outbox.commit([record], None)
         self._refresh_outbox_metrics()
@@ -245,6 +249,8 @@ class Agent:
         )
         try:
             self._loop(stop)
+            if not failure:  # a clean stop (signal): say so before the drain below ships it
+                self.heartbeat(final=True)
         finally:
             shipper_stop.set()
             for thread in threads:

@@ -1,18 +1,21 @@
 """Transitions and collector state -> wire records (``sevents.records``), as a chain of small enrichers.
 
-Each enricher takes the record built so far and returns it with its own fields added; a record is
-complete when it has exactly the fields of its type in ``sevents.records`` except ``seq`` (the outbox
-assigns it). A missing or extra field is our bug, caught by an assertion, never shipped.
+Each enricher takes the record built so far and returns it with its own fields added; ``sevents.contract``
+then builds the record: exactly the fields of its type in contract order except ``seq`` (the outbox assigns
+it), optional ones defaulted, every value within the limits the ingest applies (made safe and noted).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from collector.model import Event, Transition, VmIdentity
-from sevents import records
+from sevents import contract, records
+
+log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 Enricher = Callable[[Record], Record]
@@ -27,7 +30,7 @@ def transition_record(t: Transition, vm: VmIdentity, *, api_version: str, collec
         with_vm(vm),
         _with_transition(t),
         _with_event(t.event, vm.vm_name),
-        done=records.TRANSITION_FIELDS,
+        fields=contract.TRANSITION,
     )
 
 
@@ -46,6 +49,7 @@ def heartbeat_record(
     outbox_depth: int,
     drops: Mapping[str, int],
     started_at: datetime,
+    final: bool = False,
 ) -> Record:
     """The wire record of one heartbeat: the collector's health as of ``observed_at``."""
     record_id = records.heartbeat_id(vm.vm_id, records.format_time(observed_at))
@@ -60,12 +64,13 @@ def heartbeat_record(
         "outbox_depth": outbox_depth,
         "drops": dict(drops),
         "started_at": records.format_time(started_at),
+        "final": final,
     }
     return _chain(
         state,
         _common(records.RECORD_HEARTBEAT, record_id, observed_at, api_version, collector_version),
         with_vm(vm),
-        done=records.HEARTBEAT_FIELDS,
+        fields=contract.HEARTBEAT,
     )
 
 
@@ -158,10 +163,20 @@ def _with_event(event: Event | None, vm_name: str) -> Enricher:
     return enrich
 
 
-def _chain(start: Record, *steps: Enricher, done: tuple[str, ...]) -> Record:
+def _chain(start: Record, *steps: Enricher, fields: tuple[contract.Field, ...]) -> Record:
     record = dict(start)
     for step in steps:
         record = step(record)
-    expected = set(done) - {"seq"}
-    assert set(record) == expected, f"record fields differ from the contract: {set(record) ^ expected}"
-    return {name: record[name] for name in done if name != "seq"}
+    # The contract orders the fields, defaults the optional ones and brings every value within its limits,
+    # so the ingest takes what the collector sends; a missing or unknown field is our bug (ValueError).
+    built, notes = contract.build(fields, record, skip=("seq",))
+    if notes:
+        log.warning("record fields made safe", extra={"record_type": built["record_type"], "fields": notes})
+        # Where the event has its own row, the anomaly column says what was repaired; a document-level anomaly
+        # keys on its anomaly text, so its notes go to the log only.
+        if built.get("event_id"):
+            note = "made safe: " + "; ".join(notes)
+            built["anomaly"] = (f"{built['anomaly']}; {note}" if built["anomaly"] else note)[
+                : contract.DEFAULT_LIMITS.max_text_chars
+            ]
+    return built

@@ -68,6 +68,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-max-wait", type=float, help="seconds a partial batch waits for more (default 1)")
     p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
     p.add_argument(
+        "--clickhouse-lock-wait",
+        type=float,
+        help="seconds to wait for an embedded directory another process holds, then exit 1 (default 300)",
+    )
+    p.add_argument(
         "--eventhubs-load-balancing-interval",
         type=float,
         metavar="SECONDS",
@@ -150,6 +155,7 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
             "source",
             "batch_max_records",
             "batch_max_wait",
+            "clickhouse_lock_wait",
             "eventhubs_load_balancing_interval",
             "eventhubs_ownership_expiry",
         )

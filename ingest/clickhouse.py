@@ -8,6 +8,9 @@ or a flag: it is read from ``SEVENTS_CLICKHOUSE_PASSWORD`` or from a file.
 from __future__ import annotations
 
 import fcntl
+import logging
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ from ingest.errors import TargetError
 
 # Anything the client raises when a statement was not (or not surely) carried out.
 CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, OSError)
+
+log = logging.getLogger(__name__)
 
 PASSWORD_ENV = "SEVENTS_CLICKHOUSE_PASSWORD"  # noqa: S105 -- a variable name, not a password
 
@@ -82,6 +87,43 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
                 "(a running sevents-ingest?): stop it first, or query a ClickHouse server"
             ) from error
         raise TargetError(f"cannot connect to ClickHouse at {_safe(target)}: {text}") from error
+
+
+def connect_waiting(
+    target: str,
+    stop: threading.Event,
+    *,
+    password: str = "",
+    lock_wait: float = 300.0,
+    report_every: float = 10.0,
+    settings: Mapping[str, Any] | None = None,
+) -> Any:
+    """``connect``, but an embedded directory held by another process is waited for instead of failing.
+
+    A restarted ingest often starts while the old one is still shutting down (or a one-off ``audit`` holds the
+    directory): waiting up to ``lock_wait`` seconds, or until ``stop``, spares a supervisor's restart loop. A
+    clear message repeats every ``report_every`` seconds so nobody wonders why nothing happens. Other errors,
+    and servers, fail at once as with ``connect``.
+    """
+    started = time.monotonic()
+    reported = 0.0
+    while True:
+        try:
+            return connect(target, password=password, settings=settings)
+        except TargetError:
+            waited = time.monotonic() - started
+            if not (is_embedded(target) and _locked(Path(urlparse(target).path))) or waited >= lock_wait:
+                raise
+            if stop.is_set():
+                raise TargetError(f"stopped while waiting for the embedded ClickHouse directory {target}") from None
+            if waited >= reported:
+                log.warning(
+                    "the embedded ClickHouse directory is locked by another process (another sevents-ingest?); "
+                    "waiting for it",
+                    extra={"directory": urlparse(target).path, "waited_s": round(waited), "lock_wait_s": lock_wait},
+                )
+                reported = waited + report_every
+            stop.wait(min(1.0, max(0.0, lock_wait - waited)))
 
 
 def _locked(directory: Path) -> bool:

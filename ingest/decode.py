@@ -1,6 +1,8 @@
 """Decode and validate one wire record (pure): bytes in, checked values out, or InvalidRecord with a reason.
 
-The rules are in ``ingest.rules``. Two paths apply them. The fast path lets msgspec parse the payload
+The rules are the fields declared in ``sevents.contract`` (``ingest.rules`` checks them one by one). A record
+whose only faults are in fields that are not its identity is not rejected: the precise path makes them safe
+(``contract.make_safe``) and returns a note, which the handler stores beside the original in dead letters. Two paths apply them. The fast path lets msgspec parse the payload
 straight into a typed struct per record type (types checked in C), then checks in Python what the types
 cannot vouch for: ranges, list and map sizes, the timestamp form. At any doubt it hands the payload to the
 precise path, which parses with orjson and checks field by field in rule order, and is the only one that
@@ -38,7 +40,7 @@ from ingest.rules import (
     Rule,
     check_document,
 )
-from sevents import records
+from sevents import contract, records
 
 __all__ = [
     "COMMON_RULES",
@@ -52,9 +54,11 @@ __all__ = [
     "Limits",
     "Rule",
     "decode",
+    "decode_noted",
     "decode_reference",
     "decode_row",
     "decode_values",
+    "decoder_for",
 ]
 
 DEFAULT_LIMITS: Final = Limits()
@@ -75,10 +79,19 @@ class _Plan:
     maps: tuple[int, ...]
     check_key: Callable[[tuple[Any, ...]], None]
     decoder: msgspec.json.Decoder[Any]
+    fields: tuple[contract.Field, ...]
+    defaults: tuple[tuple[str, Any], ...]  # optional fields and their defaults
+    note_at: int | None  # where notes of fields made safe go (the anomaly column), if the type has one
 
     @classmethod
-    def of(cls, record_type: str, check_key: Callable[[tuple[Any, ...]], None]) -> _Plan:
-        rules = RULES[record_type]
+    def of(
+        cls,
+        record_type: str,
+        check_key: Callable[[tuple[Any, ...]], None],
+        fields: tuple[contract.Field, ...] | None = None,
+    ) -> _Plan:
+        fields = contract.CONTRACT[record_type] if fields is None else fields
+        rules = RULES[record_type] if fields is contract.CONTRACT[record_type] else {f.name: f for f in fields}
         kinds = [r.kind for r in rules.values()]
         return cls(
             record_type=record_type,
@@ -93,6 +106,9 @@ class _Plan:
             maps=tuple(i for i, k in enumerate(kinds) if k == "counts"),
             check_key=check_key,
             decoder=msgspec.json.Decoder(_struct(record_type, rules)),
+            fields=fields,
+            defaults=tuple((r.name, r.default) for r in rules.values() if not r.required),
+            note_at=list(rules).index("anomaly") if "anomaly" in rules else None,
         )
 
 
@@ -106,7 +122,7 @@ def _struct(record_type: str, rules: Mapping[str, Rule]) -> type[msgspec.Struct]
         "texts": list[str],
         "counts": dict[str, int],
     }
-    fields: list[tuple[str, Any]] = []
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
     for name, rule in rules.items():
         kind: Any = kind_types[rule.kind]
         if rule.kind == "int" and _fits_int64(rule):
@@ -115,9 +131,11 @@ def _struct(record_type: str, rules: Mapping[str, Rule]) -> type[msgspec.Struct]
             kind = Literal[records.SCHEMA_VERSION]
         elif name == "record_type":
             kind = Literal[record_type]
-        fields.append((name, kind | None if rule.nullable else kind))
+        kind = kind | None if rule.nullable else kind
+        fields.append((name, kind) if rule.required else (name, kind, rule.default))
     # Unknown fields go to the precise path: msgspec skips them less strictly than orjson parses them.
-    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True)
+    # kw_only: optional fields (with a default) may come anywhere in the declaration, not only last.
+    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True, kw_only=True)
 
 
 def _fits_int64(rule: Rule) -> bool:
@@ -147,27 +165,45 @@ def decode_row(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -
     return plan.record_type, tuple(row)
 
 
+def decode_noted(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
+    """``decode_row`` and the note of the fields made safe ("" when none: the record was stored as sent).
+
+    A non-empty note means the row holds repaired values and the original payload belongs in dead letters.
+    """
+    plan, row, notes = _validated_noted(payload, limits)
+    row.append(position)
+    return plan.record_type, tuple(row), notes
+
+
 def decode_reference(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...]]:
     """``decode_values`` by the precise path alone: what the fast path must agree with (tests compare them)."""
-    plan, row = _precise(payload, limits)
+    plan, row, _ = _precise(payload, limits)
     return plan.record_type, tuple(row)
 
 
 def _validated(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
+    plan, row, _ = _validated_noted(payload, limits)
+    return plan, row
+
+
+def _validated_noted(
+    payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None
+) -> tuple[_Plan, list[Any], str]:
+    plans = _FAST_ORDER if plans is None else plans
     if len(payload) > limits.max_payload_bytes:
         raise InvalidRecord("too_large", f"{len(payload)} bytes > {limits.max_payload_bytes}")
     # A payload no longer than the text limit cannot hold a string over it: the fast path need not look.
     if len(payload) <= limits.max_text_chars:
-        for plan in _FAST_ORDER:
+        for plan in plans:
             try:
                 values = msgspec.structs.astuple(plan.decoder.decode(payload))
             except (msgspec.MsgspecError, ValueError, RecursionError):
                 continue  # not valid JSON of this type (a canonical record of the other fails at its first key)
             row = _checked(plan, values, limits)
             if row is not None:
-                return plan, row
+                return plan, row, ""
             break
-    return _precise(payload, limits)  # says why, or takes it (unknown fields)
+    return _precise(payload, limits, plans)  # says why, or takes it (unknown fields)
 
 
 def _checked(plan: _Plan, values: tuple[Any, ...], limits: Limits) -> list[Any] | None:
@@ -205,8 +241,12 @@ def _row(plan: _Plan, values: tuple[Any, ...]) -> list[Any] | None:
     return row
 
 
-def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
-    """The reference path: the same outcome for every payload, and the reason for every rejection."""
+def _precise(payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None) -> tuple[_Plan, list[Any], str]:
+    """The reference path: the same outcome for every payload, and the reason for every rejection.
+
+    A record whose only faults are in fields that can be made safe (``contract.make_safe``) is taken with
+    those fields repaired and a note saying how; the caller keeps the original in dead letters.
+    """
     try:
         document = orjson.loads(payload)
     except (ValueError, RecursionError) as error:
@@ -217,15 +257,36 @@ def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
     if type(version) is not int or version != records.SCHEMA_VERSION:
         raise InvalidRecord("schema_version", f"unsupported schema_version {version!r}")
     record_type = document.get("record_type")
-    plan = _PLANS.get(record_type) if isinstance(record_type, str) else None
+    by_type = _PLANS if plans is None else {p.record_type: p for p in plans}
+    plan = by_type.get(record_type) if isinstance(record_type, str) else None
     if plan is None:
         raise InvalidRecord("record_type", f"unknown record_type {record_type!r}")
+    for name, default in plan.defaults:  # optional fields an older collector does not send
+        document.setdefault(name, default)
     try:
         values = plan.fetch(document)
     except KeyError as missing:
         raise InvalidRecord("missing_field", str(missing.args[0])) from None
-    if len(payload) > limits.max_text_chars:
-        check_document(plan.rules, document, limits)
+    notes = ""
+    try:
+        _check_all(plan, document, values, limits)
+    except InvalidRecord:
+        safe, repairs = contract.make_safe(plan.fields, document, limits)
+        if not repairs:
+            raise
+        _check_all(plan, safe, plan.fetch(safe), limits)  # still bad (a key, a type): the whole record goes
+        document, values, notes = safe, plan.fetch(safe), "made safe: " + "; ".join(repairs)
+    row = _row(plan, values)
+    if row is None:  # check_document passed every timestamp that _row refused: the two disagree
+        raise InvalidRecord("inconsistent", "the timestamp checks disagree")
+    if notes and plan.note_at is not None:  # after the key check: the anomaly is part of some keys
+        noted = f"{row[plan.note_at]}; {notes}" if row[plan.note_at] else notes
+        row[plan.note_at] = noted[: limits.max_text_chars]
+    return plan, row, notes
+
+
+def _check_all(plan: _Plan, document: Mapping[str, Any], values: tuple[Any, ...], limits: Limits) -> None:
+    """Every rule and the key, raising the reason of the first violation in the reference order."""
     try:  # a wrong type, range or size anywhere: the first bad field in order, whatever it is
         check_document(plan.rules, document, limits, time_format=False)
     except InvalidRecord:
@@ -233,10 +294,6 @@ def _precise(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
         raise
     plan.check_key(values)  # a wrong key outranks a malformed timestamp
     check_document(plan.rules, document, limits)
-    row = _row(plan, values)
-    if row is None:  # check_document passed every timestamp that _row refused: the two disagree
-        raise InvalidRecord("inconsistent", "the timestamp checks disagree")
-    return plan, row
 
 
 def _index(rules: Mapping[str, Rule], *names: str) -> tuple[int, ...]:
@@ -271,3 +328,22 @@ _TRANSITION: Final = _Plan.of(records.RECORD_TRANSITION, _check_transition_key)
 _HEARTBEAT: Final = _Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
 _PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT)}
 _FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT)  # the one the throughput goal is about first
+
+
+def decoder_for(
+    declaration: Mapping[str, tuple[contract.Field, ...]],
+) -> Callable[[bytes, str, Limits], tuple[str, tuple[Any, ...], str]]:
+    """``decode_noted`` for another declaration of the same record types (e.g. one with a field added).
+
+    The ingest's own decoder is this, built once from ``sevents.contract.CONTRACT``; tests use it to show that a
+    new optional field needs no change here.
+    """
+    checks = {records.RECORD_TRANSITION: _check_transition_key, records.RECORD_HEARTBEAT: _check_heartbeat_key}
+    plans = tuple(_Plan.of(t, checks[t], fields) for t, fields in declaration.items())
+
+    def decode_with(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
+        plan, row, notes = _validated_noted(payload, limits, plans)
+        row.append(position)
+        return plan.record_type, tuple(row), notes
+
+    return decode_with

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from opentelemetry.metrics import NoOpMeterProvider
 
-from ingest.decode import Limits, decode_row
+from ingest.decode import Limits, decode_noted
 from ingest.errors import Interrupted, InvalidRecord, RejectedRows, StoreError
 from ingest.metrics import IngestMetrics
 from ingest.rows import TABLE_OF, Batch, column
@@ -29,20 +29,30 @@ DEFAULT_BACKOFF = Backoff(initial=0.5, cap=30.0)
 DEFAULT_LIMITS = Limits()
 
 
+MADE_SAFE = "made_safe"  # the dead-letter reason of an original kept beside its repaired, stored row
+
+
 def prepare(
     deliveries: Sequence[Delivery], *, source: str, limits: Limits, received_at: datetime
 ) -> tuple[Batch, dict[str, int]]:
-    """The rows of one delivery and the dead-letter count by reason (pure)."""
+    """The rows of one delivery and the dead-letter count by reason (pure).
+
+    A record with a field made safe is stored repaired and its original kept in dead letters (reason
+    ``made_safe``): the transition is never lost for one bad field, and nothing of what was sent is lost.
+    """
     batch = Batch()
     rejected: dict[str, int] = {}
     rows, origins = batch.rows, batch.origins  # ``Batch.add_row`` inlined: this loop runs once per record
     for delivery in deliveries:
         try:
-            record_type, row = decode_row(delivery.payload, delivery.position, limits)
+            record_type, row, notes = decode_noted(delivery.payload, delivery.position, limits)
         except InvalidRecord as error:
             rejected[error.reason] = rejected.get(error.reason, 0) + 1
             batch.add_dead_letter(delivery, error=str(error), source=source, received_at=received_at)
             continue
+        if notes:
+            rejected[MADE_SAFE] = rejected.get(MADE_SAFE, 0) + 1
+            batch.add_dead_letter(delivery, error=f"{MADE_SAFE}: {notes}", source=source, received_at=received_at)
         table = TABLE_OF[record_type]
         rows[table].append(row)
         origins[table].append(delivery)
@@ -112,7 +122,7 @@ class Handler:
         while True:
             started = time.monotonic()
             try:
-                self.writer.store(batch)
+                self.writer.store(batch, retry=attempt > 0)
             except RejectedRows:
                 raise
             except StoreError as error:
@@ -148,7 +158,10 @@ class Handler:
                 first = min(column(table, rows, "observed_at"))
                 oldest = first if oldest is None else min(oldest, first)
         for reason, count in rejected.items():
-            m.records.add(count, {"outcome": "dead_letter"})
+            if reason == MADE_SAFE:  # stored (repaired) and counted above; the original copy is the dead letter
+                m.records.add(count, {"outcome": "made_safe"})
+            else:
+                m.records.add(count, {"outcome": "dead_letter"})
             m.dead_letters.add(count, {"reason": reason})
         if oldest is not None:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES
 from ingest.source import Delivery
-from sevents import records
+from sevents import contract
 
-TRANSITION_COLUMNS: Final = (*TRANSITION_RULES, "source_position")
-HEARTBEAT_COLUMNS: Final = (*HEARTBEAT_RULES, "source_position")
+TRANSITION_COLUMNS: Final = (*contract.names(contract.TRANSITION), "source_position")
+HEARTBEAT_COLUMNS: Final = (*contract.names(contract.HEARTBEAT), "source_position")
 DEAD_LETTER_COLUMNS: Final = (
     "dead_letter_id",
     "received_at",
@@ -24,7 +23,7 @@ DEAD_LETTER_COLUMNS: Final = (
     "payload_size",
     "properties",
 )
-TABLE_OF: Final = {records.RECORD_TRANSITION: "transitions", records.RECORD_HEARTBEAT: "heartbeats"}
+TABLE_OF: Final = dict(contract.TABLES)
 COLUMNS_OF: Final = {"transitions": TRANSITION_COLUMNS, "heartbeats": HEARTBEAT_COLUMNS}
 KEY_OF: Final = {"transitions": "transition_id", "heartbeats": "heartbeat_id"}
 

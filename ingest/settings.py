@@ -30,6 +30,8 @@ class IngestSettings:
     clickhouse_password_file: Path | None = None
     clickhouse_password: str = field(default="", repr=False)  # env SEVENTS_CLICKHOUSE_PASSWORD only
     database: str = "sevents"
+    # Seconds ``run`` waits for an embedded directory another process holds (a stopping ingest), then fails.
+    clickhouse_lock_wait: float = 300.0
     cluster: str = ""  # a cluster name: Replicated tables, Distributed tables, ON CLUSTER DDL
     source: str = "outbox:/var/lib/sevents-collector"  # outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] | eventhubs
     batch_max_records: int = 10_000
@@ -38,6 +40,9 @@ class IngestSettings:
     poll_interval: float = 0.2  # outbox source: pause between reads when there is nothing new
     max_payload_bytes: int = 256 * 1024
     max_text_chars: int = 16 * 1024
+    # Seconds after the first insert during which every insert is checked for rows a deduplication entry
+    # claims but a crash lost (redeliveries come first after a restart); retries are always checked.
+    verify_window: float = 120.0
     retry_initial: float = 0.5
     retry_cap: float = 30.0
     eventhubs_namespace: str = ""  # fully qualified; managed identity

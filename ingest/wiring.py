@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 
-from ingest.clickhouse import connect
+from ingest.clickhouse import connect, connect_waiting
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
 from ingest.migrate import migrate
@@ -34,9 +34,16 @@ class Pipeline:
     handler: Handler
 
 
-def open_client(settings: IngestSettings) -> Any:
-    """A client on the configured target (its database need not exist yet)."""
-    return connect(settings.clickhouse, password=settings.password())
+def open_client(settings: IngestSettings, stop: threading.Event | None = None) -> Any:
+    """A client on the configured target (its database need not exist yet).
+
+    With ``stop`` (a long-running ingest), an embedded directory held by another process is waited for.
+    """
+    if stop is None:
+        return connect(settings.clickhouse, password=settings.password())
+    return connect_waiting(
+        settings.clickhouse, stop, password=settings.password(), lock_wait=settings.clickhouse_lock_wait
+    )
 
 
 def make_source(settings: IngestSettings, *, until_idle: bool = False, env: Mapping[str, str] | None = None) -> Source:
@@ -63,14 +70,14 @@ def build(
     on_stored: Callable[[Batch], None] | None = None,
 ) -> Pipeline:
     """Connect, migrate and wire everything; the caller runs ``pipeline.source.run(pipeline.handler, stop)``."""
-    client = client if client is not None else open_client(settings)
+    client = client if client is not None else open_client(settings, stop)
     if apply_migrations:
         applied = migrate(client, settings.target)
         if applied:
             log.info("schema migrated", extra={"versions": applied})
     metrics = IngestMetrics.create(meter_provider) if meter_provider is not None else None
     handler = Handler(
-        Writer(client, settings.database, cluster=bool(settings.cluster)),
+        Writer(client, settings.database, cluster=bool(settings.cluster), verify_window=settings.verify_window),
         source=settings.source.split(":", 1)[0],
         stop=stop,
         backoff=Backoff(initial=settings.retry_initial, cap=settings.retry_cap),

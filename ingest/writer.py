@@ -5,58 +5,71 @@ compiled pivot turns them into columns faster than a transpose here; both beat J
 are written first so that a record never counts as handled before its rejection is stored. Any client
 failure becomes StoreError; a retry of the same batch repeats the same tokens, so ClickHouse drops the
 inserts that had already succeeded.
+
+A token alone is not proof of storage: a process killed mid-insert on the embedded engine can leave a
+deduplication entry whose part never reached disk, and every retry of that batch is then dropped as a
+duplicate (and would be acknowledged: records lost). So after each insert the batch's keys are looked up in
+the table, and rows not found are inserted again without the token; ReplacingMergeTree and FINAL absorb the
+duplicate if they were there after all. Only rows found stored count as stored.
+
+The look-up costs about as much as a third of an insert, so it is done only where a lost part can be hit: in
+the first ``verify_window`` seconds after the first store (a restarted ingest is redelivered its
+predecessor's unacknowledged batches first) and on every retry after a failed attempt.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 import struct
+import time
 from typing import Any, Final
 
 from clickhouse_connect.driver.exceptions import DataError
 
 from ingest.clickhouse import CLIENT_ERRORS
 from ingest.errors import RejectedRows, StoreError
-from ingest.rows import COLUMNS_OF, DEAD_LETTER_COLUMNS, KEY_OF, Batch, column, insert_token
+from ingest.rows import COLUMNS_OF, DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
 
 # Error codes that depend on the inserted values: parse and conversion failures, out-of-range values, NULL
 # into a non-Nullable column, a violated CHECK constraint. Anything else is the server's problem: retried.
 REFUSED_CODES: Final = frozenset({6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131, 321, 349, 469})
 _CODE: Final = re.compile(r"Code: (\d+)\.")
 
+log = logging.getLogger(__name__)
+
 
 class Writer:
     """Stores batches in ``database``; on a cluster, inserts wait until every shard has the rows."""
 
-    def __init__(self, client: Any, database: str = "sevents", *, cluster: bool = False) -> None:
+    def __init__(
+        self, client: Any, database: str = "sevents", *, cluster: bool = False, verify_window: float = math.inf
+    ) -> None:
         self.client = client
         self.database = database
+        self.verify_window = verify_window
+        self._first_store: float | None = None
         self._common: dict[str, Any] = {"insert_deduplicate": 1, "async_insert": 0}
         if cluster:
             self._common["distributed_foreground_insert"] = 1
 
-    def store(self, batch: Batch) -> None:
-        """Insert every table's rows of ``batch``; returns only when ClickHouse confirmed all of them."""
+    def store(self, batch: Batch, *, retry: bool = False) -> None:
+        """Insert every table's rows of ``batch``; returns only when ClickHouse confirmed all of them.
+
+        ``retry``: an earlier attempt at this batch failed, so its token may be taken while its rows are not.
+        """
+        now = time.monotonic()
+        self._first_store = now if self._first_store is None else self._first_store
+        verify = retry or now - self._first_store <= self.verify_window
         try:
             if batch.dead_letters:
-                keys = [str(row[0]) for row in batch.dead_letters]
-                self.client.insert(
-                    f"{self.database}.dead_letters",
-                    batch.dead_letters,
-                    column_names=list(DEAD_LETTER_COLUMNS),
-                    settings={**self._common, "insert_deduplication_token": insert_token("dead_letters", keys)},
-                )
+                self._insert_verified("dead_letters", batch.dead_letters, DEAD_LETTER_COLUMNS, 0, verify)
             for table in ("heartbeats", "transitions"):
                 rows = batch.rows[table]
-                if not rows:
-                    continue
-                token = insert_token(table, column(table, rows, KEY_OF[table]))
-                self.client.insert(
-                    f"{self.database}.{table}",
-                    rows,
-                    column_names=list(COLUMNS_OF[table]),
-                    settings={**self._common, "insert_deduplication_token": token},
-                )
+                if rows:
+                    key = COLUMNS_OF[table].index(KEY_OF[table])
+                    self._insert_verified(table, rows, COLUMNS_OF[table], key, verify)
         except DataError as error:
             raise RejectedRows(f"ClickHouse client refused a value: {_short(error)}") from error
         except CLIENT_ERRORS as error:
@@ -66,6 +79,42 @@ class Writer:
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as error:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
+
+    def _insert_verified(
+        self, table: str, rows: list[tuple[Any, ...]], columns: tuple[str, ...], key: int, verify: bool
+    ) -> None:
+        keys = [str(row[key]) for row in rows]
+        name = f"{self.database}.{table}"
+        settings = {**self._common, "insert_deduplication_token": insert_token(table, keys)}
+        self.client.insert(name, rows, column_names=list(columns), settings=settings)
+        if not verify:
+            return
+        vms = sorted({str(row[columns.index("vm_id")]) for row in rows}) if "vm_id" in columns else []
+        missing = self._missing(table, columns[key], keys, vms)
+        if not missing:
+            return
+        # Dropped as a duplicate of an insert that never reached disk: insert those rows again, untokened.
+        log.warning(
+            "rows of a deduplicated insert are not stored; inserting them again",
+            extra={"table": table, "rows": len(rows), "missing": len(missing)},
+        )
+        again = [row for row in rows if str(row[key]) in missing]
+        self.client.insert(name, again, column_names=list(columns), settings={**self._common, "insert_deduplicate": 0})
+        still = self._missing(table, columns[key], keys, vms)
+        if still:  # retried by the handler (with the token, then verified again): never acknowledged unstored
+            raise StoreError(f"{len(still)} rows of {table} not found after inserting them")
+
+    def _missing(self, table: str, key_column: str, keys: list[str], vms: list[str]) -> set[str]:
+        """The keys not found in ``table``; ``vms`` (the sorting key's prefix) narrows the read to their ranges.
+
+        Identifiers are our own contract's names, never input; the values are bound parameters.
+        """
+        where = f"{key_column} IN {{keys:Array(String)}}" + (" AND vm_id IN {vms:Array(String)}" if vms else "")
+        found = self.client.query(
+            f"SELECT DISTINCT {key_column} FROM {self.database}.{table} WHERE {where}",  # noqa: S608 -- our names; values bound
+            parameters={"keys": keys, "vms": vms},
+        ).result_rows
+        return set(keys) - {str(row[0]) for row in found}
 
 
 def refused_by_server(error: BaseException) -> bool:

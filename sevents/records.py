@@ -5,6 +5,7 @@ A record is a flat JSON object; ``record_type`` says which field set applies. Ti
 UTC with millisecond precision (``2026-11-21T23:23:24.123Z``). Absent optional values are ``null``.
 
 Changing a field's meaning or removing one bumps ``SCHEMA_VERSION``; adding an optional field does not.
+The fields themselves are declared once, in ``sevents.contract``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = 1
+from sevents import contract
+
+SCHEMA_VERSION: Final = contract.SCHEMA_VERSION
 CONTENT_TYPE: Final = "application/json"
 
-RECORD_TRANSITION: Final = "transition"
-RECORD_HEARTBEAT: Final = "heartbeat"
+RECORD_TRANSITION: Final = contract.RECORD_TRANSITION
+RECORD_HEARTBEAT: Final = contract.RECORD_HEARTBEAT
 RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT)
 
 # Transition kinds (see collector/transitions.py for the lifecycle table that produces them).
@@ -30,68 +33,11 @@ KIND_DISAPPEARED: Final = "disappeared"
 KIND_ANOMALY: Final = "anomaly"
 KINDS: Final = (KIND_APPEARED, KIND_STATUS_CHANGED, KIND_UPDATED, KIND_DISAPPEARED, KIND_ANOMALY)
 
-# The observing VM's identity and topology, from instance metadata; on every record.
-VM_FIELDS: Final = (
-    "vm_id",  # compute.vmId (GUID); the partition key and the observer in every dedupe key
-    "vm_name",
-    "location",
-    "subscription_id",
-    "resource_group",
-    "resource_id",
-    "zone",  # "" when not zonal
-    "fault_domain",  # int or null (older instance API versions)
-    "update_domain",  # int or null
-    "scale_set",  # vmScaleSetName, "" when not in a scale set
-)
-
-# Fields common to every record.
-COMMON_FIELDS: Final = (
-    "schema_version",
-    "record_type",
-    "record_id",  # transition_id for transitions, heartbeat_id for heartbeats
-    "seq",  # per-VM monotonic sequence number, assigned by the outbox
-    "observed_at",
-    "api_version",  # Scheduled Events api-version used for the poll
-    "collector_version",
-    *VM_FIELDS,
-)
-
-TRANSITION_FIELDS: Final = (
-    *COMMON_FIELDS,
-    "transition_id",
-    "event_id",  # "" for document-level anomalies (incarnation going backwards)
-    "incarnation",  # DocumentIncarnation of the document the transition was seen in
-    "kind",  # one of KINDS
-    "status",  # "Scheduled" | "Started" | "" (disappeared: see prev_status)
-    "prev_status",  # status before this transition, "" when appeared
-    "prev_observed_at",  # when the previous state was observed, null when appeared
-    "event_type",  # Freeze | Reboot | Redeploy | Preempt | Terminate (as IMDS sent it)
-    "resource_type",
-    "resources",  # list of resource names, underscore prefix of 2017-03-01 removed
-    "affects_this_vm",  # this VM's name is in resources
-    "not_before",  # timestamp string or null (blank in IMDS)
-    "description",  # str or null (absent before 2019-04-01)
-    "event_source",  # "Platform" | "User" or null (absent before 2019-08-01)
-    "duration_s",  # DurationInSeconds: int, -1 unknown, null when absent (before 2020-07-01)
-    # Event fields that changed (snake_case names as here): for updated; for status_changed the fields that
-    # changed along with the status (NotBefore blanking on Started not counted); for anomaly what changed; else []
-    "changed_fields",
-    "anomaly",  # short reason for kind=anomaly, else ""
-)
-
-HEARTBEAT_FIELDS: Final = (
-    *COMMON_FIELDS,
-    "heartbeat_id",
-    "last_incarnation",  # int or null before the first successful poll
-    "last_poll_ok",  # bool
-    "last_poll_error",  # error kind of the last failed poll, "" when the last poll succeeded
-    "polls",  # polls since the collector started
-    "poll_errors",  # {error kind: count} since the collector started
-    "active_events",  # number of events in the last document
-    "outbox_depth",  # records waiting in the outbox
-    "drops",  # {reason: count} since the collector started
-    "started_at",  # when this collector process started
-)
+# Field lists, in column order, derived from the one declaration in ``sevents.contract`` (types, limits, columns).
+VM_FIELDS: Final = contract.names(contract.VM)
+COMMON_FIELDS: Final = contract.names(contract.COMMON)
+TRANSITION_FIELDS: Final = contract.names(contract.TRANSITION)
+HEARTBEAT_FIELDS: Final = contract.names(contract.HEARTBEAT)
 
 
 def transition_id(vm_id: str, event_id: str, incarnation: int, kind: str) -> str:

@@ -225,7 +225,9 @@ def test_run_ships_retries_and_drains_on_stop(imds: FakeImds, settings: Collecto
     assert seqs == sorted(set(seqs))
     kinds = [json.loads(r.payload).get("kind") for r in sink.received if r.record_type == "transition"]
     assert kinds == ["appeared", "status_changed"]
-    assert any(r.record_type == "heartbeat" for r in sink.received)
+    beats = [json.loads(r.payload) for r in sink.received if r.record_type == "heartbeat"]
+    # The clean stop's last heartbeat says so (``final``), and is shipped by the drain; no earlier one does.
+    assert [b["final"] for b in beats] == [False] * (len(beats) - 1) + [True]
     assert agent.outbox.depth() == 0
     agent.close()
     assert sink.closed

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ingest import synthetic
-from ingest.handler import Handler
+from ingest.decode import Limits
+from ingest.handler import Handler, prepare
 from ingest.metrics import IngestMetrics
 from ingest.migrate import Target, migrate
+from ingest.rows import COLUMNS_OF, column, insert_token
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents import records
@@ -21,11 +23,15 @@ from sevents.telemetry import make_meter_provider
 
 from .conftest import deliveries, scalar
 
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
 EVIL = 'Robert\'); DROP TABLE transitions; -- "quoted" \\ back\\slash {placeholder:String} ${db}'
 
 
 def test_poison_goes_to_dead_letters_and_good_records_around_it_are_stored(ch: Any, db: str, handler: Handler) -> None:
-    """Bad JSON, a wrong schema version, a huge field and a wrong type land in dead_letters; neighbours load."""
+    """Bad JSON, a wrong schema version, a huge field and a wrong type land in dead_letters; neighbours load.
+
+    The huge description is the one field that can be made safe: that record is stored truncated as well.
+    """
     good = [*synthetic.lifecycle("E-1", 0), synthetic.heartbeat()]
     huge = {**synthetic.transition(event_id="E-2"), "description": "x" * 50_000}
     poison = [
@@ -38,7 +44,7 @@ def test_poison_goes_to_dead_letters_and_good_records_around_it_are_stored(ch: A
     batch = [Delivery(encode(good[0]), "p#0"), *(Delivery(p, f"bad#{i}") for i, p in enumerate(poison))]
     batch += [Delivery(encode(r), f"p#{i + 1}") for i, r in enumerate(good[1:])]
     handler(batch)
-    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 3
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 4  # the huge one stored, made safe
     assert scalar(ch, f"SELECT count() FROM {db}.heartbeats FINAL") == 1
     rows = ch.query(
         f"SELECT position, error, payload, payload_size FROM {db}.dead_letters FINAL ORDER BY position",
@@ -48,7 +54,7 @@ def test_poison_goes_to_dead_letters_and_good_records_around_it_are_stored(ch: A
     assert [r[1].split(b":")[0] for r in rows] == [
         b"bad_json",
         b"schema_version",
-        b"too_large",
+        b"made_safe",
         b"wrong_type",
         b"bad_json",
     ]
@@ -181,3 +187,28 @@ def test_a_row_clickhouse_refuses_is_cornered_and_dead_lettered(ch: Any, db: str
     letters = ch.query(f"SELECT position, error FROM {db}.dead_letters FINAL ORDER BY position").result_rows
     assert [p for p, _ in letters] == ["bad#1", "test#5"]
     assert letters[1][1].startswith("refused_by_clickhouse") and "VIOLATED_CONSTRAINT" in letters[1][1]
+
+
+def test_a_deduplicated_insert_whose_rows_are_gone_is_inserted_again(ch: Any, db: str) -> None:
+    """Issue 17.6: a deduplication entry without its rows (a part lost in a crash) must not swallow the retry.
+
+    The rows of a tokened insert are deleted, leaving the token's entry behind, as a kill between the entry and
+    the part reaching disk does; storing the same batch again must put the rows back, not skip them.
+    """
+    writer = Writer(ch, db)
+    batch, _ = prepare(deliveries(synthetic.lifecycle("E-1", 0)), source="t", limits=Limits(), received_at=NOW)
+    writer.store(batch)
+    ch.command(f"ALTER TABLE {db}.transitions DELETE WHERE 1 SETTINGS mutations_sync = 2")
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 0
+    token = insert_token("transitions", column("transitions", batch.rows["transitions"], "transition_id"))
+    ch.insert(  # the token alone: ClickHouse still drops this insert as a duplicate
+        f"{db}.transitions",
+        batch.rows["transitions"],
+        column_names=list(COLUMNS_OF["transitions"]),
+        settings={"insert_deduplicate": 1, "insert_deduplication_token": token},
+    )
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 0
+    writer.store(batch)
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 3
+    writer.store(batch)  # a verified hit is skipped: still one row per transition
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 3

@@ -1,0 +1,334 @@
+"""The one declaration of the wire contract: every field of every record type, typed, with its limits and column.
+
+From this table are derived: the field lists of ``sevents.records``, the collector's record builder
+(``build``), the ingest's validation rules and msgspec structs (``ingest.rules``, ``ingest.decode``), the
+ingest's row layout (``ingest.rows``), the ClickHouse columns the migrations must create (``columns``), and the
+JSON-schema document for consumers (``json_schema``, committed as ``sevents/contract.schema.json``).
+
+A limit is the range of the column the value lands in. A value outside it is made safe (``make_safe``) rather
+than losing the whole record: text and lists are truncated, a nullable value becomes null, a counter is clamped,
+and a note names each repair. Only key fields (the record's identity) can never be repaired: a record whose
+key is bad cannot be understood and is dead-lettered whole.
+
+Adding an optional field: one ``Field(..., default=...)`` line here plus a migration adding the column.
+Records from older collectors lack it and get the default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+SCHEMA_VERSION: Final = 1
+RECORD_TRANSITION: Final = "transition"
+RECORD_HEARTBEAT: Final = "heartbeat"
+
+INT64: Final = (-(2**63), 2**63 - 1)
+UINT64: Final = (0, 2**64 - 1)
+UINT32: Final = (0, 2**32 - 1)
+UINT16: Final = (0, 2**16 - 1)
+TIME_YEARS: Final = (1900, 2299)  # the range of ClickHouse DateTime64
+
+KINDS: Final = ("text", "int", "bool", "time", "texts", "counts")
+
+
+class _Required:
+    """Marks a field without a default: every record must carry it."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Final = _Required()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Size limits; anything larger is made safe or is poison (a real record is a few hundred bytes)."""
+
+    max_payload_bytes: int = 256 * 1024
+    max_text_chars: int = 16 * 1024
+    max_list_items: int = 4096
+    max_map_items: int = 256
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+@dataclass(frozen=True)
+class Field:
+    """One wire field: JSON kind, nullability, range, the ClickHouse column type, and whether it is identity."""
+
+    name: str
+    kind: str  # one of KINDS; "time" is a wire timestamp string, "texts" a list of str, "counts" {str: int}
+    column: str  # the ClickHouse column type the migrations create
+    nullable: bool = False
+    bounds: tuple[int, int] = INT64  # for ints (and counts' values)
+    key: bool = False  # identity: part of a dedupe key or the record's type; never made safe
+    default: Any = REQUIRED  # optional fields have a default, used when a record lacks them
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+_LC = "LowCardinality(String)"
+_TIME = "DateTime64(3, 'UTC')"
+
+
+def _text(name: str, doc: str = "", *, column: str = "String", key: bool = False) -> Field:
+    return Field(name, "text", column, key=key, doc=doc)
+
+
+VM: Final = (
+    _text("vm_id", "compute.vmId (GUID); the partition key and the observer in every dedupe key", key=True),
+    _text("vm_name"),
+    _text("location", column=_LC),
+    _text("subscription_id", column=_LC),
+    _text("resource_group", column=_LC),
+    _text("resource_id"),
+    _text("zone", '"" when not zonal', column=_LC),
+    Field("fault_domain", "int", "Nullable(UInt16)", nullable=True, bounds=UINT16, doc="null when unknown"),
+    Field("update_domain", "int", "Nullable(UInt16)", nullable=True, bounds=UINT16, doc="null when unknown"),
+    _text("scale_set", 'vmScaleSetName, "" when not in a scale set', column=_LC),
+)
+
+COMMON: Final = (
+    Field("schema_version", "int", "UInt16", bounds=UINT16, key=True),
+    _text("record_type", column=_LC, key=True),
+    _text("record_id", "transition_id for transitions, heartbeat_id for heartbeats", key=True),
+    Field("seq", "int", "UInt64", bounds=UINT64, doc="per-VM monotonic sequence number, assigned by the outbox"),
+    Field("observed_at", "time", _TIME, key=True),
+    _text("api_version", "Scheduled Events api-version used for the poll", column=_LC),
+    _text("collector_version", column=_LC),
+    *VM,
+)
+
+TRANSITION: Final = (
+    *COMMON,
+    _text("transition_id", key=True),
+    _text("event_id", '"" for document-level anomalies', key=True),
+    Field("incarnation", "int", "Int64", key=True, doc="DocumentIncarnation the transition was seen in"),
+    _text("kind", "appeared | status_changed | updated | disappeared | anomaly", column=_LC, key=True),
+    _text("status", column=_LC),
+    _text("prev_status", column=_LC),
+    Field("prev_observed_at", "time", f"Nullable({_TIME})", nullable=True),
+    _text("event_type", column=_LC),
+    _text("resource_type", column=_LC),
+    Field("resources", "texts", "Array(String)"),
+    Field("affects_this_vm", "bool", "Bool"),
+    Field("not_before", "time", f"Nullable({_TIME})", nullable=True),
+    Field("description", "text", "Nullable(String)", nullable=True),
+    Field("event_source", "text", "LowCardinality(Nullable(String))", nullable=True),
+    Field("duration_s", "int", "Nullable(Int64)", nullable=True, doc="-1 unknown, null when absent"),
+    Field("changed_fields", "texts", "Array(String)"),
+    # Part of the key of document-level anomalies; notes of fields made safe are appended after the key check.
+    _text("anomaly", "reason for kind=anomaly; notes of fields made safe"),
+)
+
+HEARTBEAT: Final = (
+    *COMMON,
+    _text("heartbeat_id", key=True),
+    Field("last_incarnation", "int", "Nullable(Int64)", nullable=True),
+    Field("last_poll_ok", "bool", "Bool"),
+    _text("last_poll_error", column=_LC),
+    Field("polls", "int", "UInt64", bounds=UINT64),
+    Field("poll_errors", "counts", "Map(String, UInt64)", bounds=UINT64),
+    Field("active_events", "int", "UInt32", bounds=UINT32),
+    Field("outbox_depth", "int", "UInt64", bounds=UINT64),
+    Field("drops", "counts", "Map(String, UInt64)", bounds=UINT64),
+    Field("started_at", "time", _TIME),
+    Field("final", "bool", "Bool", default=False, doc="the last heartbeat of a collector stopping cleanly"),
+)
+
+CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {RECORD_TRANSITION: TRANSITION, RECORD_HEARTBEAT: HEARTBEAT}
+TABLES: Final = {RECORD_TRANSITION: "transitions", RECORD_HEARTBEAT: "heartbeats"}
+
+
+def names(fields: tuple[Field, ...]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields)
+
+
+def columns(fields: tuple[Field, ...]) -> dict[str, str]:
+    """The ClickHouse columns (name -> type) a table of these records must have besides the ingest's own."""
+    return {f.name: f.column for f in fields}
+
+
+# ---- making a record safe (pure; shared by the collector's builder and the ingest) ----
+
+
+def make_safe(
+    fields: tuple[Field, ...], record: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
+) -> tuple[dict[str, Any], list[str]]:
+    """``record`` with every non-key field brought within its limits, and a note per repair.
+
+    Fields this cannot repair (a key field, a wrong JSON type in a non-nullable field) are left as they are:
+    the validator then rejects the record with its reason.
+    """
+    safe = dict(record)
+    notes: list[str] = []
+    for f in fields:
+        if f.key or f.name not in safe:
+            continue
+        value = safe[f.name]
+        fixed, note = _repair(f, value, limits)
+        if note:
+            safe[f.name] = fixed
+            notes.append(f"{f.name}: {note}")
+    return safe, notes
+
+
+def _repair(f: Field, value: Any, limits: Limits) -> tuple[Any, str]:
+    if value is None:
+        return (None, "") if f.nullable else (value, "")
+    problem = _problem(f, value, limits)
+    if not problem:
+        return value, ""
+    if f.kind == "text" and isinstance(value, str) and len(value) > limits.max_text_chars:
+        return value[: limits.max_text_chars], f"truncated from {len(value)} characters"
+    if f.kind == "texts" and type(value) is list and all(isinstance(v, str) for v in value):
+        items = [v[: limits.max_text_chars] for v in value[: limits.max_list_items]]
+        return items, f"truncated ({len(value)} items)"
+    if f.kind == "counts" and type(value) is dict:
+        low, high = f.bounds
+        kept = {
+            str(k)[: limits.max_text_chars]: min(max(n, low), high)
+            for k, n in list(value.items())[: limits.max_map_items]
+            if type(n) is int
+        }
+        return kept, f"truncated or clamped ({len(value)} entries)"
+    if f.nullable:
+        return None, f"null: {problem}"
+    if f.kind == "int" and type(value) is int:
+        low, high = f.bounds
+        return min(max(value, low), high), f"clamped: {problem}"
+    return value, ""  # cannot repair: the validator names it
+
+
+def _problem(f: Field, value: Any, limits: Limits) -> str:
+    """What is wrong with a non-null value of ``f`` ("" when nothing)."""
+    if f.kind == "text":
+        if not isinstance(value, str):
+            return "not text"
+        return f"{len(value)} characters" if len(value) > limits.max_text_chars else ""
+    if f.kind == "int":
+        if type(value) is not int:
+            return "not an integer"
+        low, high = f.bounds
+        return "" if low <= value <= high else f"{_short(value)} outside [{low}, {high}]"
+    if f.kind == "bool":
+        return "" if type(value) is bool else "not true/false"
+    if f.kind == "time":
+        return "" if is_wire_time(value) else f"{_short(value)} is not a wire timestamp"
+    if f.kind == "texts":
+        if type(value) is not list:
+            return "not a list"
+        if len(value) > limits.max_list_items:
+            return f"{len(value)} items"
+        bad = any(not isinstance(v, str) or len(v) > limits.max_text_chars for v in value)
+        return "an item is not text or too long" if bad else ""
+    if type(value) is not dict:
+        return "not an object"
+    if len(value) > limits.max_map_items:
+        return f"{len(value)} entries"
+    low, high = f.bounds
+    bad = any(len(k) > limits.max_text_chars or type(n) is not int or not low <= n <= high for k, n in value.items())
+    return "an entry is too long or out of range" if bad else ""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} chars)"
+
+
+def is_wire_time(value: Any) -> bool:
+    """The one wire timestamp form (``2026-11-21T23:23:24.123Z``) within the DateTime64 range."""
+    if type(value) is not str or len(value) != 24 or value[10] != "T" or value[23] != "Z":
+        return False
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return TIME_YEARS[0] <= moment.year <= TIME_YEARS[1]
+
+
+# ---- building records (the collector's side) ----
+
+
+def build(
+    fields: tuple[Field, ...], values: Mapping[str, Any], limits: Limits = DEFAULT_LIMITS, *, skip: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """A record in contract order from ``values`` (optional fields defaulted), made safe; and the repair notes.
+
+    Raises ValueError when a required field is missing or an unknown one is given: our bug, never shipped.
+    ``skip`` names fields someone else adds later (``seq``: the outbox).
+    """
+    known = {f.name for f in fields}
+    unknown = set(values) - known
+    missing = {f.name for f in fields if f.required and f.name not in values} - set(skip)
+    if unknown or missing:
+        raise ValueError(f"fields differ from the contract: unknown {sorted(unknown)}, missing {sorted(missing)}")
+    record = {f.name: values.get(f.name, f.default) for f in fields if f.name not in skip}
+    return make_safe(fields, record, limits)
+
+
+# ---- the document for consumers ----
+
+_JSON_TYPES: Final[dict[str, dict[str, Any]]] = {
+    "text": {"type": "string"},
+    "int": {"type": "integer"},
+    "bool": {"type": "boolean"},
+    "time": {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"},
+    "texts": {"type": "array", "items": {"type": "string"}},
+    "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+}
+
+
+def json_schema(limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """A JSON-schema document of every record type (one ``oneOf`` branch each), with limits and columns."""
+    branches = []
+    for record_type, fields in CONTRACT.items():
+        properties: dict[str, Any] = {}
+        for f in fields:
+            spec: dict[str, Any] = dict(_JSON_TYPES[f.kind])
+            if f.kind == "int":
+                spec.update(minimum=f.bounds[0], maximum=f.bounds[1])
+            if f.kind == "text":
+                spec["maxLength"] = limits.max_text_chars
+            if f.kind == "texts":
+                spec["maxItems"] = limits.max_list_items
+            if f.kind == "counts":
+                spec["maxProperties"] = limits.max_map_items
+            if f.name == "record_type":
+                spec["const"] = record_type
+            if f.name == "schema_version":
+                spec["const"] = SCHEMA_VERSION
+            if f.nullable:
+                spec = {"anyOf": [spec, {"type": "null"}]}
+            if not f.required:
+                spec["default"] = f.default
+            spec["x-clickhouse-type"] = f.column
+            if f.key:
+                spec["x-key"] = True
+            if f.doc:
+                spec["description"] = f.doc
+            properties[f.name] = spec
+        branches.append(
+            {
+                "title": record_type,
+                "type": "object",
+                "properties": properties,
+                "required": [f.name for f in fields if f.required],
+                "additionalProperties": True,
+            }
+        )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "sevents wire record",
+        "x-schema-version": SCHEMA_VERSION,
+        "x-max-payload-bytes": limits.max_payload_bytes,
+        "oneOf": branches,
+    }
