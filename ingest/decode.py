@@ -2,8 +2,10 @@
 
 The rules are the fields declared in ``sevents.contract`` (``ingest.rules`` checks them one by one). A record
 whose only faults are in fields that are not its identity is not rejected: the precise path makes them safe
-(``contract.make_safe``) and returns a note, which the handler stores beside the original in dead letters. Two paths apply them. The fast path lets msgspec parse the payload
-straight into a typed struct per record type (types checked in C), then checks in Python what the types
+(``contract.make_safe``) and returns a note, which the handler stores beside the original in dead letters.
+
+Two paths apply the rules. The fast path lets msgspec parse the payload straight into a typed struct per
+record type (types checked in C), then checks in Python what the types
 cannot vouch for: ranges, list and map sizes, the timestamp form. At any doubt it hands the payload to the
 precise path, which parses with orjson and checks field by field in rule order, and is the only one that
 names rejection reasons (besides the dedupe key check, which both run on the same values). So both reject
