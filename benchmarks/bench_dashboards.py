@@ -25,7 +25,7 @@ from pathlib import Path
 from dashboards.generate import outputs
 from dashboards.macros import QueryContext, expand
 from dashboards.templating import ALL, Selection, apply
-from ingest import synthetic
+from demo import synthetic
 from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate

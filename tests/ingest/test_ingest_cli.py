@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ingest import cli, queries, synthetic
+from demo import synthetic
+from ingest import cli, queries
 from ingest.handler import Handler
 from ingest.output import render
 from ingest.queries import Result

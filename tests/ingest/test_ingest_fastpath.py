@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import synthetic
+from demo import synthetic
 from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES, Limits, decode_reference, decode_values
 from ingest.errors import InvalidRecord
 from sevents.records import encode

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from demo.compare import Check, compare, fault_domain_truth
+from demo.fleetrun import FleetRun, start
 from ingest import queries
-from ingest.compare import Check, compare, fault_domain_truth
 from ingest.errors import IngestError
-from ingest.fleetrun import FleetRun, start
 from ingest.output import table
 from sevents import records
 from sevents.logs import setup_logging
