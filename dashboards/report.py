@@ -12,11 +12,11 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dashboards.report_data import Filters, ReportData
 from dashboards.report_html import render
 from ingest import queries
 
@@ -36,39 +36,6 @@ ORDER BY fault_domain, vm_name, first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},
 )
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What the report covers: a window on first seen, and optional type, VM, fault domain and EventId lists."""
-
-    since: datetime
-    until: datetime
-    event_types: tuple[str, ...] = ()
-    vms: tuple[str, ...] = ()
-    fault_domains: tuple[int, ...] = ()
-    event_ids: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        parts = [f"first seen {self.since:%Y-%m-%d %H:%M:%S} to {self.until:%Y-%m-%d %H:%M:%S} UTC"]
-        for label, values in (
-            ("types", self.event_types),
-            ("VMs", self.vms),
-            ("fault domains", self.fault_domains),
-            ("events", self.event_ids),
-        ):
-            if values:
-                parts.append(f"{label}: {', '.join(str(v) for v in values)}")
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """The rows a report is drawn from: one per event, one per (event, affected VM)."""
-
-    filters: Filters
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lanes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _event_kept(event: dict[str, Any], f: Filters, vms_of: dict[str, set[str]]) -> bool:
@@ -128,7 +95,8 @@ def parse_moment(text: str, now: datetime) -> datetime:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sevents-ingest report",
+        allow_abbrev=False,
+        prog="sevents-report",
         description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
         "event table) for the events first seen in a window. Opens offline in any browser.",
         epilog="exit status: 0 written, 1 invalid configuration, ClickHouse failed or --out cannot be written, "

@@ -9,7 +9,6 @@ simulator's ground truth.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from dashboards import report
 from demo.compare import Check, compare, fault_domain_truth
 from demo.fleetrun import FleetRun, start
 from ingest import queries
@@ -29,6 +29,7 @@ from simulator.errors import ScenarioError
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-demo",
         description="Run a simulated fleet through real collectors and the ingest into embedded ClickHouse, "
         "then print what was recorded next to the simulator's ground truth.",
@@ -152,10 +153,6 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
 
 
 def _report(run: FleetRun, workdir: Path, started_at: datetime) -> None:
-    try:
-        report = importlib.import_module("dashboards.report")
-    except ModuleNotFoundError:
-        return
     out = workdir.resolve() / "report.html"
     since = records.format_time(started_at - timedelta(minutes=5))
     until = records.format_time(datetime.now(UTC) + timedelta(minutes=5))
