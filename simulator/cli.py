@@ -66,6 +66,7 @@ def _port(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-imds-sim",
         description="Simulated Azure Instance Metadata Service (Scheduled Events) for a fleet of VMs.",
         epilog=EPILOG,
