@@ -99,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="sevents-report",
         description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
         "event table) for the events first seen in a window. Opens offline in any browser.",
-        epilog="exit status: 0 written, 1 invalid configuration, ClickHouse failed or --out cannot be written, "
-        "2 bad arguments (a time that is not one, --since not before --until).",
+        epilog="exit status: 0 written, 1 ClickHouse failed or --out cannot be written, "
+        "2 invalid configuration or arguments (a time that is not one, --since not before --until).",
     )
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
     parser.add_argument(
@@ -122,11 +122,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``sevents-ingest report``; 0 written, 1 configuration, ClickHouse or --out failed, 2 bad usage."""
+    """Entry point of ``sevents-report`` (and ``sevents-ingest report``); exit codes from sevents.errors."""
     from ingest.clickhouse import CLIENT_ERRORS, connect
     from ingest.errors import TargetError
     from ingest.settings import load
-    from sevents.errors import ConfigError
+    from sevents.errors import ConfigError, exit_code
 
     parser = _parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -153,18 +153,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             client.close()
     except (ConfigError, TargetError) as error:
-        print(f"sevents-ingest report: {error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: {error}", file=sys.stderr)
+        return exit_code(error)
     except CLIENT_ERRORS as error:
-        print(f"sevents-ingest report: {error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: {error}", file=sys.stderr)
+        return exit_code(error)
     html = render(data, generated_at=now)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(html, encoding="utf-8")
     except OSError as error:
-        print(f"sevents-ingest report: cannot write --out {args.out}: {error.strerror or error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: cannot write --out {args.out}: {error.strerror or error}", file=sys.stderr)
+        return exit_code(error)
     log.info("report written", extra={"path": str(args.out), "events": len(data.events)})
     print(f"wrote {args.out} ({len(data.events)} events, {len(data.lanes)} VM lanes)")
     return 0

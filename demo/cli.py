@@ -23,6 +23,7 @@ from ingest import queries
 from ingest.errors import IngestError
 from ingest.output import table
 from sevents import records
+from sevents.errors import exit_code
 from sevents.logs import setup_logging
 from simulator.errors import ScenarioError
 
@@ -34,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run a simulated fleet through real collectors and the ingest into embedded ClickHouse, "
         "then print what was recorded next to the simulator's ground truth.",
         epilog="exit status: 0 every recorded value matches the ground truth, 1 some do not or the workdir "
-        "cannot be used, 2 bad arguments or an unknown scenario.",
+        "cannot be used, 2 bad arguments or an unknown scenario (the shared codes of sevents.errors.ExitCode).",
     )
     p.add_argument("--workdir", type=Path, default=Path("var/demo"), help="where state goes (default ./var/demo)")
     p.add_argument(
@@ -73,11 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = start(args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval)
     except ScenarioError as error:
         print(f"sevents-demo: {error}", file=sys.stderr)
-        return 2
+        return exit_code(error)
     except (OSError, IngestError) as error:
         detail = error.strerror if isinstance(error, OSError) and error.strerror else error
         print(f"sevents-demo: cannot run in workdir {args.workdir}: {detail}", file=sys.stderr)
-        return 1
+        return exit_code(error)
     try:
         print(f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {len(run.agents)} collectors polling")
         if not _wait(run, args.timeout, began):

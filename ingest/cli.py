@@ -22,7 +22,7 @@ from ingest.migrate import migrate
 from ingest.output import FORMATS, render
 from ingest.settings import IngestSettings, load
 from ingest.wiring import build, open_client
-from sevents.errors import ConfigError
+from sevents.errors import EXIT_STATUS, ConfigError, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import make_meter_provider
 
@@ -33,9 +33,8 @@ targets: --clickhouse chdb:///abs/dir (embedded, one process per directory) or h
 (password from SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file, never a flag).
 Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
 
-exit status: 0 ok, 1 ClickHouse failed (unreachable, in use, no schema), 2 invalid configuration or arguments
-(report: 1 for invalid configuration too, see report --help).
 """
+EPILOG += EXIT_STATUS.replace("(ClickHouse,", "(ClickHouse unreachable, in use or without schema,") + "\n"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -176,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
     except ConfigError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
-        return 2
+        return exit_code(error)
     setup_logging(settings.log_level)
     try:
         if args.command == "migrate":
@@ -188,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _audit(settings, args)
     except IngestError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
-        return 1
+        return exit_code(error)
 
 
 def _run(settings: IngestSettings, args: argparse.Namespace) -> int:

@@ -135,10 +135,10 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--clickhouse", "chdb:///nowhere", "--since", "1h", "--until", "2h"])
 
 
-def test_unreachable_clickhouse_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A target that cannot be used is reported in one line, exit 1, and no file is written."""
+def test_malformed_clickhouse_target_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A malformed target is invalid configuration, as for every command: reported, exit 2, no file written."""
     out = tmp_path / "r.html"
-    assert main(["--clickhouse", "ftp://x", "--out", str(out)]) == 1
+    assert main(["--clickhouse", "ftp://x", "--out", str(out)]) == 2
     assert "clickhouse target" in capsys.readouterr().err and not out.exists()
 
 
