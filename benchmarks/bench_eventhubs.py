@@ -6,7 +6,7 @@ Run: ``.venv/bin/python benchmarks/bench_eventhubs.py [--scenario rolling-wave] 
 Both paths run in this process, one after the other, on the same scenario, poll interval and embedded
 ClickHouse (two databases):
 
-- embedded: collectors -> outboxes -> ``sevents-ingest``'s outbox source -> ClickHouse (``ingest.fleetrun``);
+- embedded: collectors -> outboxes -> ``sevents-ingest``'s outbox source -> ClickHouse (``demo.fleetrun``);
 - Event Hubs: collectors -> ``EventHubsSink`` -> the local AMQP Event Hubs endpoint -> two ``EventHubsSource``
   workers with Azurite checkpoints -> ClickHouse (``tests/eventhubs/eh_fleet.py``).
 
@@ -29,8 +29,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from bench_latency import latencies, percentile  # noqa: E402
 
+from demo.fleetrun import start  # noqa: E402
 from ingest.clickhouse import connect  # noqa: E402
-from ingest.fleetrun import start  # noqa: E402
 from ingest.migrate import Target, migrate  # noqa: E402
 from ingest.output import table  # noqa: E402
 from sevents.logs import setup_logging  # noqa: E402

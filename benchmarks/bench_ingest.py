@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from ingest import synthetic
+from demo import synthetic
 from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate

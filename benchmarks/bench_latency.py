@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingest.fleetrun import start
+from demo.fleetrun import start
 from ingest.output import table
 from sevents.logs import setup_logging
 

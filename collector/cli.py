@@ -88,6 +88,7 @@ def _settings_flags(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-collector",
         description="Collect Azure Scheduled Events from IMDS into a durable outbox (and ship them).",
         epilog=_EPILOG,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     once = commands.add_parser(
         "once",
+        allow_abbrev=False,
         help="poll once, commit, print the new transitions as JSON lines",
         description=(
             "Poll IMDS once, commit what changed to the outbox in --state-dir, and print the new transition\n"
@@ -112,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _settings_flags(once)
     run = commands.add_parser(
         "run",
+        allow_abbrev=False,
         help="the daemon: poll loop, heartbeats, shipping; SIGTERM drains and exits",
         description="Poll IMDS every --poll-interval seconds, write a heartbeat every --heartbeat-interval, ship "
         "the outbox to the sink, and on SIGTERM or SIGINT finish the current poll, drain and exit 0.",
@@ -121,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _settings_flags(run)
     status = commands.add_parser(
         "status",
+        allow_abbrev=False,
         help="print the outbox state of --state-dir as JSON",
         description="Print the outbox of --state-dir as JSON: rows waiting (depth), payload bytes, last seq, drops "
         "by reason, and whether a snapshot exists. Opens the outbox read-write, so run it as the collector's user.",

@@ -46,7 +46,9 @@ def stale(files: dict[Path, str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards.generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m dashboards.generate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     args = parser.parse_args(argv)
     files = outputs()

@@ -15,11 +15,11 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from dashboards.report_data import Filters, ReportData
 from dashboards.report_html import render
 from ingest import queries
 
@@ -46,39 +46,6 @@ ORDER BY fault_domain, vm_name, first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},
 )
-
-
-@dataclass(frozen=True)
-class Filters:
-    """What the report covers: a window on first seen, and optional type, VM, fault domain and EventId lists."""
-
-    since: datetime
-    until: datetime
-    event_types: tuple[str, ...] = ()
-    vms: tuple[str, ...] = ()
-    fault_domains: tuple[int, ...] = ()
-    event_ids: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        parts = [f"first seen {self.since:%Y-%m-%d %H:%M:%S} to {self.until:%Y-%m-%d %H:%M:%S} UTC"]
-        for label, values in (
-            ("types", self.event_types),
-            ("VMs", self.vms),
-            ("fault domains", self.fault_domains),
-            ("events", self.event_ids),
-        ):
-            if values:
-                parts.append(f"{label}: {', '.join(str(v) for v in values)}")
-        return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """The rows a report is drawn from: one per event, one per (event, affected VM)."""
-
-    filters: Filters
-    events: list[dict[str, Any]] = field(default_factory=list)
-    lanes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _event_kept(event: dict[str, Any], f: Filters, vms_of: dict[str, set[str]]) -> bool:
@@ -138,11 +105,12 @@ def parse_moment(text: str, now: datetime) -> datetime:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sevents-ingest report",
+        allow_abbrev=False,
+        prog="sevents-report",
         description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
         "event table) for the events first seen in a window. Opens offline in any browser.",
-        epilog="exit status: 0 written, 1 invalid configuration, ClickHouse failed or --out cannot be written, "
-        "2 bad arguments (a time that is not one, --since not before --until).",
+        epilog="exit status: 0 written, 1 ClickHouse failed or --out cannot be written, "
+        "2 invalid configuration or arguments (a time that is not one, --since not before --until).",
     )
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
     parser.add_argument(
@@ -164,11 +132,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``sevents-ingest report``; 0 written, 1 configuration, ClickHouse or --out failed, 2 bad usage."""
+    """Entry point of ``sevents-report`` (and ``sevents-ingest report``); exit codes from sevents.errors."""
     from ingest.clickhouse import CLIENT_ERRORS, connect
     from ingest.errors import TargetError
     from ingest.settings import load
-    from sevents.errors import ConfigError
+    from sevents.errors import ConfigError, exit_code
 
     parser = _parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -195,18 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             client.close()
     except (ConfigError, TargetError) as error:
-        print(f"sevents-ingest report: {error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: {error}", file=sys.stderr)
+        return exit_code(error)
     except CLIENT_ERRORS as error:
-        print(f"sevents-ingest report: {error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: {error}", file=sys.stderr)
+        return exit_code(error)
     html = render(data, generated_at=now)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(html, encoding="utf-8")
     except OSError as error:
-        print(f"sevents-ingest report: cannot write --out {args.out}: {error.strerror or error}", file=sys.stderr)
-        return 1
+        print(f"sevents-report: cannot write --out {args.out}: {error.strerror or error}", file=sys.stderr)
+        return exit_code(error)
     log.info("report written", extra={"path": str(args.out), "events": len(data.events)})
     print(f"wrote {args.out} ({len(data.events)} events, {len(data.lanes)} VM lanes)")
     return 0

@@ -6,12 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from html import escape
 from statistics import mean
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dashboards import svg
-
-if TYPE_CHECKING:
-    from dashboards.report import ReportData
+from dashboards.report_data import ReportData
 
 STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -23,17 +21,6 @@ table { border-collapse: collapse; font-size: 12px; margin-top: 8px; }
 th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; }
 svg.chart { display: block; max-width: 100%; height: auto; margin-top: 8px; }
-"""
-
-# Run by a browser only: records that every chart was laid out with a real size (the report test reads it).
-CHECK_SCRIPT = """
-document.addEventListener('DOMContentLoaded', function () {
-  var charts = document.querySelectorAll('svg.chart');
-  var drawn = 0;
-  charts.forEach(function (c) { var b = c.getBBox(); if (b.width > 0 && b.height > 0) { drawn++; } });
-  document.body.setAttribute('data-charts-drawn', String(drawn));
-  document.body.setAttribute('data-bars-drawn', String(document.querySelectorAll('svg.chart rect.bar').length));
-});
 """
 
 
@@ -144,7 +131,7 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>sevents incident report</title>"
-        f"<style>{STYLE}</style><script>{CHECK_SCRIPT}</script></head><body>"
+        f"<style>{STYLE}</style></head><body>"
         "<h1>Azure Scheduled Events: incident report</h1>"
         f'<p class="meta">{escape(data.filters.describe())}. Generated {generated_at:%Y-%m-%d %H:%M:%S} UTC '
         "by sevents. Times are UTC; precision is one collector poll.</p>"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -22,7 +22,7 @@ from ingest.migrate import migrate
 from ingest.output import FORMATS, render
 from ingest.settings import IngestSettings, load
 from ingest.wiring import build, open_client
-from sevents.errors import ConfigError
+from sevents.errors import EXIT_STATUS, ConfigError, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import make_meter_provider
 
@@ -33,9 +33,8 @@ targets: --clickhouse chdb:///abs/dir (embedded, one process per directory) or h
 (password from SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file, never a flag).
 Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
 
-exit status: 0 ok, 1 ClickHouse failed (unreachable, in use, no schema), 2 invalid configuration or arguments
-(report: 1 for invalid configuration too, see report --help).
 """
+EPILOG += EXIT_STATUS.replace("(ClickHouse,", "(ClickHouse unreachable, in use or without schema,") + "\n"
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +49,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-ingest",
         description="Load collector records into ClickHouse and query the maintenance history.",
         epilog=EPILOG,
@@ -57,10 +57,12 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = top.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("migrate", help="create or update the schema (idempotent)", epilog=EPILOG)
+    p = sub.add_parser("migrate", allow_abbrev=False, help="create or update the schema (idempotent)", epilog=EPILOG)
     _common(p)
 
-    p = sub.add_parser("run", help="ingest records until stopped (SIGTERM/SIGINT) or, with --until-idle, drained")
+    p = sub.add_parser(
+        "run", allow_abbrev=False, help="ingest records until stopped (SIGTERM/SIGINT) or, with --until-idle, drained"
+    )
     _common(p)
     p.add_argument("--source", help="outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] (collector state dirs) or eventhubs")
     p.add_argument("--until-idle", action="store_true", help="drain every outbox, then exit")
@@ -86,30 +88,37 @@ def parser() -> argparse.ArgumentParser:
         "over; longer than the load balancing interval (default 60)",
     )
 
-    p = sub.add_parser("audit", help="answer audit questions from the history")
+    p = sub.add_parser("audit", allow_abbrev=False, help="answer audit questions from the history")
     audit = p.add_subparsers(dest="question", required=True)
-    a = audit.add_parser("vm", help="what happened to a VM between two times")
+    a = audit.add_parser("vm", allow_abbrev=False, help="what happened to a VM between two times")
     a.add_argument("vm", help="VM name or vmId")
     _window(a)
-    a = audit.add_parser("event", help="everything an EventId touched, per fault domain")
+    a = audit.add_parser("event", allow_abbrev=False, help="everything an EventId touched, per fault domain")
     a.add_argument("event_id")
     a.add_argument("--per-vm", action="store_true", help="one row per VM instead of per fault domain")
-    a = audit.add_parser("disruptive", help="Reboot and Redeploy events in a window: approval latency, impact")
+    a = audit.add_parser(
+        "disruptive", allow_abbrev=False, help="Reboot and Redeploy events in a window: approval latency, impact"
+    )
     _window(a)
     a.add_argument("--types", default="Reboot,Redeploy", help="event types, comma separated (default Reboot,Redeploy)")
-    a = audit.add_parser("silent", help="VMs whose collector went quiet or whose last poll failed")
+    a = audit.add_parser("silent", allow_abbrev=False, help="VMs whose collector went quiet or whose last poll failed")
     a.add_argument("--threshold", type=_positive_int, default=180, help="seconds without a heartbeat (default 180)")
-    a = audit.add_parser("events", help="every event first seen in a window")
+    a = audit.add_parser("events", allow_abbrev=False, help="every event first seen in a window")
     _window(a)
-    a = audit.add_parser("fault-domains", help="approval latency and impact per fault domain in a window")
+    a = audit.add_parser(
+        "fault-domains", allow_abbrev=False, help="approval latency and impact per fault domain in a window"
+    )
     _window(a)
-    audit.add_parser("counts", help="rows per table after deduplication")
+    audit.add_parser("counts", allow_abbrev=False, help="rows per table after deduplication")
     for choice in audit.choices.values():
         _common(choice)
         choice.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
 
     sub.add_parser(
-        "report", help="render the HTML incident report (dashboards.report); see report --help", add_help=False
+        "report",
+        allow_abbrev=False,
+        help="render the HTML incident report (dashboards.report); see report --help",
+        add_help=False,
     )
     return top
 
@@ -172,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
     except ConfigError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
-        return 2
+        return exit_code(error)
     setup_logging(settings.log_level)
     try:
         if args.command == "migrate":
@@ -184,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _audit(settings, args)
     except IngestError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
-        return 1
+        return exit_code(error)
 
 
 def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
@@ -257,14 +266,10 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
 
 
 def _report(argv: list[str]) -> int:
-    try:
-        report = importlib.import_module("dashboards.report")
-    except ModuleNotFoundError as error:
-        if error.name not in ("dashboards", "dashboards.report"):
-            raise
-        print("sevents-ingest report: dashboards.report is not installed in this build", file=sys.stderr)
-        return 2
-    return int(report.main(argv))
+    # The report belongs to the dashboards package, which reads through the ingest's queries: importing it here
+    # would point an arrow back up. The command stays for users and runs the report's own entry point.
+    command = [sys.executable, "-m", "dashboards.report", *argv]
+    return subprocess.run(command, check=False).returncode  # noqa: S603 (our own interpreter and module)
 
 
 if __name__ == "__main__":

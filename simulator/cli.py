@@ -12,6 +12,7 @@ import sys
 import threading
 from types import FrameType
 
+from sevents.errors import EXIT_STATUS, exit_code
 from sevents.logs import setup_logging
 from simulator.control import jsonable
 from simulator.errors import ScenarioError
@@ -38,8 +39,8 @@ Control and inspection endpoints (no Metadata header needed):
 Scenario times are Azure's real timings (15 min notice, ~10 min Started); --speed compresses them:
 --speed 60 makes a minute of scenario time pass in one second.
 
-exit status: 0 ok, 1 cannot listen or cannot write --truth-out, 2 bad arguments or invalid scenario.
 """
+EPILOG += EXIT_STATUS.replace("(ClickHouse, network, file)", "(cannot listen, cannot write --truth-out)") + "\n"
 
 
 def _speed(text: str) -> float:
@@ -66,6 +67,7 @@ def _port(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-imds-sim",
         description="Simulated Azure Instance Metadata Service (Scheduled Events) for a fleet of VMs.",
         epilog=EPILOG,
@@ -113,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         server = SimServer(scenario, speed=args.speed, host=args.host, port=args.port)
     except ScenarioError as e:
         print(f"sevents-imds-sim: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     except OSError as e:
         print(f"sevents-imds-sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
-        return 1
+        return exit_code(e)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sevents.records import format_time
+from simulator.engine import Engine
+from simulator.faults import FaultBook
 from simulator.protocol import Reply
+from simulator.state import Served
 
-if TYPE_CHECKING:
-    from simulator.server import SimServer
+
+class ControlTarget(Protocol):
+    """What the control endpoints read and arm on the running simulator (the server, which imports this module)."""
+
+    default_vm: str
+    faults: FaultBook
+
+    @property
+    def engine(self) -> Engine: ...
+    def truth(self) -> list[dict[str, Any]]: ...
+    def status(self) -> dict[str, Any]: ...
+    def history(self, name: str) -> list[Served]: ...
+    def approvals(self) -> list[tuple[datetime, str, str, str]]: ...
+    def has_vm(self, name: str) -> bool: ...
+    def arm_faults(self, doc: dict[str, Any]) -> tuple[int, list[str]]: ...
 
 
 def jsonable(value: Any) -> Any:
@@ -24,7 +40,7 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def handle(sim: SimServer, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply:
+def handle(sim: ControlTarget, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply:
     """Answer one control request."""
     if method == "GET":
         if path == "/_sim/truth":
@@ -46,7 +62,7 @@ def handle(sim: SimServer, method: str, path: str, query: dict[str, list[str]], 
     return Reply(404, {"error": "Not found"})
 
 
-def _history(sim: SimServer, name: str) -> Reply:
+def _history(sim: ControlTarget, name: str) -> Reply:
     if not sim.has_vm(name):
         return Reply(404, {"error": f"unknown VM {name[:64]!r}"})
     docs = [
@@ -55,7 +71,7 @@ def _history(sim: SimServer, name: str) -> Reply:
     return Reply(200, jsonable(docs))
 
 
-def _post_faults(sim: SimServer, body: bytes) -> Reply:
+def _post_faults(sim: ControlTarget, body: bytes) -> Reply:
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError):

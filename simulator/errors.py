@@ -7,7 +7,7 @@ SeventsError
 
 from __future__ import annotations
 
-from sevents.errors import SeventsError
+from sevents.errors import ExitCode, SeventsError
 
 
 class SimulatorError(SeventsError):
@@ -16,6 +16,8 @@ class SimulatorError(SeventsError):
 
 class ScenarioError(SimulatorError):
     """The scenario is invalid; every problem is listed, not only the first."""
+
+    exit_code = ExitCode.INVALID
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)

@@ -12,6 +12,7 @@ from collector.enrich import transition_key
 from collector.model import Document, Event, Snapshot, Transition
 from collector.transitions import diff, replay
 from tests.collector_core.core_helpers import at, strategy_events
+from tests.tiers import examples
 
 
 def _snapshot_like() -> st.SearchStrategy[str]:
@@ -44,7 +45,7 @@ def _run(incarnations: list[int], contents: list[tuple[Event, ...]]) -> tuple[Sn
     return snapshot, transitions
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_any_incarnations, st.lists(strategy_events, min_size=8, max_size=8))
 def test_replaying_transitions_reconstructs_the_final_snapshot(
     incarnations: list[int], contents: list[tuple[Event, ...]]
@@ -54,7 +55,7 @@ def test_replaying_transitions_reconstructs_the_final_snapshot(
     assert replay(transitions) == {t.event.event_id: t.event for t in snapshot.events}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_any_incarnations, st.lists(strategy_events, min_size=8, max_size=8))
 def test_diffing_the_same_document_again_is_empty(incarnations: list[int], contents: list[tuple[Event, ...]]) -> None:
     """After any history, the last document diffed again yields nothing and the same snapshot."""
@@ -65,7 +66,7 @@ def test_diffing_the_same_document_again_is_empty(incarnations: list[int], conte
     assert again is snapshot
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(1, 3), min_size=1, max_size=8), st.lists(strategy_events, min_size=8, max_size=8))
 def test_transition_ids_are_unique_with_increasing_incarnations(
     steps: list[int], contents: list[tuple[Event, ...]]
@@ -77,7 +78,7 @@ def test_transition_ids_are_unique_with_increasing_incarnations(
     assert len(keys) == len(set(keys))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_any_incarnations, st.lists(strategy_events, min_size=8, max_size=8))
 def test_snapshot_round_trips_exactly_through_json(incarnations: list[int], contents: list[tuple[Event, ...]]) -> None:
     """Every snapshot the engine produces survives to_json/from_json unchanged, and diffs the same afterwards."""
@@ -90,7 +91,7 @@ def test_snapshot_round_trips_exactly_through_json(incarnations: list[int], cont
         assert diff(restored, document, at(i))[1] == out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_any_incarnations, st.lists(strategy_events, min_size=8, max_size=8))
 def test_at_most_one_transition_per_event_per_document(
     incarnations: list[int], contents: list[tuple[Event, ...]]
@@ -103,7 +104,7 @@ def test_at_most_one_transition_per_event_per_document(
         assert len(ids) == len(set(ids))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.one_of(st.text(max_size=60), _snapshot_like()))
 def test_any_text_loads_as_a_snapshot_or_raises_value_error(text: str) -> None:
     """Damaged saved state either loads as a Snapshot or raises ValueError, nothing else."""

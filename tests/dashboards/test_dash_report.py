@@ -135,10 +135,10 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--clickhouse", "chdb:///nowhere", "--since", "1h", "--until", "2h"])
 
 
-def test_unreachable_clickhouse_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A target that cannot be used is reported in one line, exit 1, and no file is written."""
+def test_malformed_clickhouse_target_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A malformed target is invalid configuration, as for every command: reported, exit 2, no file written."""
     out = tmp_path / "r.html"
-    assert main(["--clickhouse", "ftp://x", "--out", str(out)]) == 1
+    assert main(["--clickhouse", "ftp://x", "--out", str(out)]) == 2
     assert "clickhouse target" in capsys.readouterr().err and not out.exists()
 
 
@@ -161,6 +161,18 @@ def test_report_from_the_pipeline(seeded: Seeded, tmp_path: Path) -> None:
     )
 
 
+# Injected by the Chromium test only (users never get it): records that every chart was laid out with a real size.
+CHECK_SCRIPT = """
+document.addEventListener('DOMContentLoaded', function () {
+  var charts = document.querySelectorAll('svg.chart');
+  var drawn = 0;
+  charts.forEach(function (c) { var b = c.getBBox(); if (b.width > 0 && b.height > 0) { drawn++; } });
+  document.body.setAttribute('data-charts-drawn', String(drawn));
+  document.body.setAttribute('data-bars-drawn', String(document.querySelectorAll('svg.chart rect.bar').length));
+});
+"""
+
+
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     width, height = struct.unpack(">II", data[16:24])
@@ -173,6 +185,7 @@ def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
     assert chromium, "Debian's chromium is required: bash scripts/setup.sh --test (as root)"
     page = tmp_path / "report.html"
     _report(seeded, page)
+    page.write_text(page.read_text().replace("</head>", f"<script>{CHECK_SCRIPT}</script></head>", 1))
     flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(
         [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True

@@ -1,6 +1,6 @@
 """A whole pipeline through Event Hubs in one process: simulator -> collectors -> hub -> ingest workers -> chdb.
 
-The Event Hubs twin of ``ingest.fleetrun``. Every part is the real one: the simulator on loopback, one
+The Event Hubs twin of ``demo.fleetrun``. Every part is the real one: the simulator on loopback, one
 collector ``Agent`` per VM with an ``EventHubsSink``, the local AMQP endpoint, ``EventHubsSource`` workers
 with Azurite checkpoints, and the ingest ``Handler`` writing to embedded ClickHouse.
 

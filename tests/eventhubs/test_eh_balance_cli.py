@@ -14,8 +14,8 @@ import pytest
 
 from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
+from demo.synthetic import transition
 from ingest.settings import load
-from ingest.synthetic import transition
 from sevents.errors import ConfigError
 from sevents.records import encode
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint

@@ -16,7 +16,7 @@ import pytest
 from collector.outbox import OutboxRow
 from collector.settings import load_settings
 from collector.ship import make_sink
-from ingest.synthetic import transition
+from demo.synthetic import transition
 from sevents.records import encode
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores

@@ -17,11 +17,11 @@ from azure.eventhub import EventData, EventHubProducerClient
 
 from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
+from demo.synthetic import transition
 from ingest import queries
 from ingest.handler import Handler
 from ingest.source import Delivery
 from ingest.source_eventhubs import EventHubsSource
-from ingest.synthetic import transition
 from ingest.writer import Writer
 from sevents.records import encode
 from sevents.retry import Backoff

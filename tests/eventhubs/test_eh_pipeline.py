@@ -2,7 +2,7 @@
 
 Workers are threads with their own EventHubConsumerClient sharing one chdb-backed handler (chdb admits one
 process per directory; see eh_fleet.py). Correctness is checked exactly as the embedded path's end-to-end
-test checks it: ``ingest.compare.compare`` of the stored events against the simulator's ground truth.
+test checks it: ``demo.compare.compare`` of the stored events against the simulator's ground truth.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from demo.compare import compare
 from ingest import queries
-from ingest.compare import compare
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import EhFleet, start_fleet
 from tests.eventhubs.helpers import wait_for

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from collector.enrich import heartbeat_record
 from collector.model import VmIdentity
-from ingest import synthetic
+from demo import synthetic
 from ingest.decode import decoder_for
 from ingest.handler import MADE_SAFE, Handler, prepare
 from ingest.rows import COLUMNS_OF

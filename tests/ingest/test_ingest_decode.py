@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest import synthetic
+from demo import synthetic
 from ingest.decode import TRANSITION_RULES, Limits, decode
 from ingest.errors import InvalidRecord
 from sevents import records

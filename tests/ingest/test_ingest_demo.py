@@ -19,7 +19,7 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from sevents.demo import main; sys.exit(main())",
+            "import sys; from demo.cli import main; sys.exit(main())",
             "--workdir",
             str(tmp_path / "demo"),
             "--speed",
@@ -41,7 +41,7 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
 
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from sevents.demo import main; sys.exit(main())"
+    code = "import sys; from demo.cli import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from demo.compare import compare
+from demo.fleetrun import start
 from ingest import queries
-from ingest.compare import compare
-from ingest.fleetrun import start
 
 POLL_S = 0.5
 SLACK_S = 0.25  # HTTP round trip and thread scheduling on a busy two-core machine, on top of one poll interval

@@ -8,10 +8,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import synthetic
+from demo import synthetic
 from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES, Limits, decode_reference, decode_values
 from ingest.errors import InvalidRecord
 from sevents.records import encode
+from tests.tiers import examples
 
 FIELDS = sorted(set(TRANSITION_RULES) | set(HEARTBEAT_RULES) | {"future_field"})
 TIMES = [
@@ -57,7 +58,7 @@ def outcome(decoder: Any, payload: bytes, limits: Limits) -> tuple[str, Any]:
         return "dead_letter", error.reason
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(
     st.booleans(),
     st.lists(st.tuples(st.sampled_from(FIELDS), VALUES), max_size=3),

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from collector.outbox import Outbox
-from ingest import synthetic
+from demo import synthetic
 
 HERE = Path(__file__).parent
 CLI = [sys.executable, "-m", "ingest.cli"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.outbox import Outbox
-from ingest import synthetic
+from demo import synthetic
 from ingest.batching import BatchPolicy
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate

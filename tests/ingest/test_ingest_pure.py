@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest import synthetic
-from ingest.compare import compare, fault_domain_truth, observation_windows
+from demo import synthetic
+from demo.compare import compare, fault_domain_truth, observation_windows
 from ingest.decode import decode_values
 from ingest.rows import Batch, insert_token
 from ingest.source import Delivery

@@ -8,7 +8,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from ingest import synthetic
+from demo import synthetic
 from ingest.decode import Limits
 from ingest.handler import Handler, prepare
 from ingest.metrics import IngestMetrics

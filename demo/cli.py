@@ -9,7 +9,6 @@ simulator's ground truth.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import sys
 import time
@@ -17,23 +16,26 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from dashboards import report
+from demo.compare import Check, compare, fault_domain_truth
+from demo.fleetrun import FleetRun, start
 from ingest import queries
-from ingest.compare import Check, compare, fault_domain_truth
 from ingest.errors import IngestError
-from ingest.fleetrun import FleetRun, start
 from ingest.output import table
 from sevents import records
+from sevents.errors import exit_code
 from sevents.logs import setup_logging
 from simulator.errors import ScenarioError
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="sevents-demo",
         description="Run a simulated fleet through real collectors and the ingest into embedded ClickHouse, "
         "then print what was recorded next to the simulator's ground truth.",
         epilog="exit status: 0 every recorded value matches the ground truth, 1 some do not or the workdir "
-        "cannot be used, 2 bad arguments or an unknown scenario.",
+        "cannot be used, 2 bad arguments or an unknown scenario (the shared codes of sevents.errors.ExitCode).",
     )
     p.add_argument("--workdir", type=Path, default=Path("var/demo"), help="where state goes (default ./var/demo)")
     p.add_argument(
@@ -72,11 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = start(args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval)
     except ScenarioError as error:
         print(f"sevents-demo: {error}", file=sys.stderr)
-        return 2
+        return exit_code(error)
     except (OSError, IngestError) as error:
         detail = error.strerror if isinstance(error, OSError) and error.strerror else error
         print(f"sevents-demo: cannot run in workdir {args.workdir}: {detail}", file=sys.stderr)
-        return 1
+        return exit_code(error)
     try:
         print(f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {len(run.agents)} collectors polling")
         if not _wait(run, args.timeout, began):
@@ -156,10 +158,6 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
 
 
 def _report(run: FleetRun, workdir: Path, started_at: datetime) -> None:
-    try:
-        report = importlib.import_module("dashboards.report")
-    except ModuleNotFoundError:
-        return
     out = workdir.resolve() / "report.html"
     since = records.format_time(started_at - timedelta(minutes=5))
     until = records.format_time(datetime.now(UTC) + timedelta(minutes=5))
