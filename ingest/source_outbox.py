@@ -21,6 +21,8 @@ from ingest.source import Deliver, Delivery
 from sevents.retry import Backoff
 
 log = logging.getLogger(__name__)
+# --until-idle waits for an outbox that failed this many times before calling the source idle.
+UNTIL_IDLE_TRIES = 5
 
 OUTBOX_FILE = "outbox.sqlite"
 DEFAULT_POLICY = BatchPolicy()
@@ -77,7 +79,12 @@ class OutboxSource:
                 rows = self._collect(stop)
                 if not rows:
                     if self.until_idle:
-                        return
+                        resting = self._resting_s()
+                        if resting is None:
+                            return
+                        # not idle while an outbox rests after a failure: its records are still to come
+                        stop.wait(resting)
+                        continue
                     stop.wait(self.poll_interval_s)
                     continue
                 try:
@@ -93,6 +100,15 @@ class OutboxSource:
                 self._acknowledge(rows)
         finally:
             self.close()
+
+    def _resting_s(self) -> float | None:
+        """Seconds until the first resting outbox is tried again; None when none rests (or all gave up)."""
+        waits = [
+            at - self._monotonic()
+            for path, at in self._resume_at.items()
+            if self._failures.get(path, 0) < UNTIL_IDLE_TRIES
+        ]
+        return max(0.0, min(waits)) if waits else None
 
     def close(self) -> None:
         for outbox in self._outboxes.values():
