@@ -11,13 +11,16 @@ from typing import Any
 
 from dashboards.alerts import RULES
 
-NOW = datetime.now(UTC)
+
+def _now() -> datetime:
+    """Now, taken when a row is written (a module-level clock would age while other tests run first)."""
+    return datetime.now(UTC)
 
 
 def _transition(db: str, ch: Any, tid: str, vm: int, kind: str, status: str, ago_s: float, **extra: Any) -> None:
     row = {
         "transition_id": tid,
-        "observed_at": NOW - timedelta(seconds=ago_s),
+        "observed_at": _now() - timedelta(seconds=ago_s),
         "vm_id": f"vm-id-{vm}",
         "vm_name": f"vm-{vm}",
         "fault_domain": vm % 2,
@@ -27,7 +30,7 @@ def _transition(db: str, ch: Any, tid: str, vm: int, kind: str, status: str, ago
         "event_type": extra.pop("event_type", "Reboot"),
         "resources": extra.pop("resources", ["vm-0", "vm-1", "vm-2"]),
         "affects_this_vm": True,
-        "not_before": extra.pop("not_before", NOW + timedelta(minutes=15)),
+        "not_before": extra.pop("not_before", _now() + timedelta(minutes=15)),
         **extra,
     }
     ch.insert(f"{db}.transitions", [list(row.values())], column_names=list(row))
@@ -36,11 +39,11 @@ def _transition(db: str, ch: Any, tid: str, vm: int, kind: str, status: str, ago
 def _heartbeat(db: str, ch: Any, vm: int, ago_s: float, *, final: bool = False, started_ago_s: float = 3600) -> None:
     row = {
         "heartbeat_id": f"hb-{vm}-{ago_s}",
-        "observed_at": NOW - timedelta(seconds=ago_s),
+        "observed_at": _now() - timedelta(seconds=ago_s),
         "vm_id": f"vm-id-{vm}",
         "vm_name": f"vm-{vm}",
         "last_poll_ok": True,
-        "started_at": NOW - timedelta(seconds=started_ago_s),
+        "started_at": _now() - timedelta(seconds=started_ago_s),
         "final": final,
     }
     ch.insert(f"{db}.heartbeats", [list(row.values())], column_names=list(row))
@@ -67,7 +70,7 @@ def test_an_event_pages_once_through_its_whole_life(ch: Any, db: str) -> None:
     _transition(db, ch, "a1", 1, "appeared", "Scheduled", 590)
     _transition(db, ch, "a2", 2, "appeared", "Scheduled", 580)
     seen.append(_labels(_alert(ch, db, rule)))
-    later = NOW + timedelta(minutes=30)
+    later = (_now() + timedelta(minutes=30)).replace(microsecond=0)
     _transition(db, ch, "u0", 0, "updated", "Scheduled", 300, not_before=later, changed_fields=["not_before"])
     seen.append(_labels(_alert(ch, db, rule)))
     assert _alert(ch, db, rule, "not_before")[0]["value"] == int(later.timestamp())

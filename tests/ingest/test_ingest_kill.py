@@ -151,21 +151,30 @@ def random_kills(tmp_path: Path, kills: int, *, vms: int = 25, seed: int = 17) -
             done_kills += 1
     run_cli("run", "--source", source, "--clickhouse", target, "--until-idle", "--batch-max-records", "2")
     assert depth(state) == 0
-    from ingest.clickhouse import connect  # after every ingest process is gone: the directory is ours
-
-    client = connect(target)
-    try:
-        found: dict[str, int] = {}
-        for table, key, expected in (("transitions", "transition_id", 3 * vms), ("heartbeats", "heartbeat_id", vms)):
-            final, distinct = client.query(f"SELECT count(), uniqExact({key}) FROM sevents.{table} FINAL").result_rows[
-                0
-            ]
-            found[f"{table}_lost"] = expected - distinct
-            found[f"{table}_duplicated"] = final - distinct
-        found["dead_letters"] = client.query("SELECT count() FROM sevents.dead_letters FINAL").result_rows[0][0]
-    finally:
-        client.close()
+    # read in a process of its own: this test process may hold another embedded directory already (one per process)
+    done = subprocess.run([sys.executable, "-c", COUNT_ROWS, target], check=True, capture_output=True, text=True)
+    counts = json.loads(done.stdout)
+    found: dict[str, int] = {}
+    for table, expected in (("transitions", 3 * vms), ("heartbeats", vms)):
+        final, distinct = counts[table]
+        found[f"{table}_lost"] = expected - distinct
+        found[f"{table}_duplicated"] = final - distinct
+    found["dead_letters"] = counts["dead_letters"]
     return found
+
+
+COUNT_ROWS = """
+import json, sys
+from ingest.clickhouse import connect
+client = connect(sys.argv[1])
+found = {}
+for table, key in (("transitions", "transition_id"), ("heartbeats", "heartbeat_id")):
+    final, distinct = client.query(f"SELECT count(), uniqExact({key}) FROM sevents.{table} FINAL").result_rows[0]
+    found[table] = [final, distinct]
+found["dead_letters"] = client.query("SELECT count() FROM sevents.dead_letters FINAL").result_rows[0][0]
+client.close()
+print(json.dumps(found))
+"""
 
 
 @pytest.mark.slow
