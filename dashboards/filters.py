@@ -95,23 +95,23 @@ OVERLAPPING_IDS: Final = (
 
 
 def since(ids: str, view: str = "events") -> str:
-    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on."""
+    """``events`` or ``event_vms``, only the events ``ids`` selects, read from the first day of those events on."""
     return queries.since(ids, view, f"{DB}.")
 
 
 def active() -> str:
     """Only the active set (with ``since(ACTIVE_IDS)``)."""
-    return f"event_id IN ({ACTIVE_IDS}) AND outcome = 'active'"
+    return "outcome = 'active'"
 
 
 def first_seen_in_range() -> str:
     """Events first seen in the dashboard's range (with ``since(FIRST_SEEN_IDS)``)."""
-    return f"event_id IN ({FIRST_SEEN_IDS}) AND $__timeFilter(first_seen_at)"
+    return "$__timeFilter(first_seen_at)"
 
 
 def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
     """Events that overlap the range (with ``since(OVERLAPPING_IDS)``)."""
-    return f"event_id IN ({OVERLAPPING_IDS}) AND {event_in_range(first, last)}"
+    return event_in_range(first, last)
 
 
 def _option_query(column: str, upstream: tuple[str, ...]) -> str:

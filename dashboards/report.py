@@ -38,10 +38,7 @@ WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
     + queries.since(queries.WINDOW_IDS)
     + """
-    WHERE event_id IN ("""
-    + queries.WINDOW_IDS
-    + """)
-      AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
+    WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
 ORDER BY fault_domain, vm_name, first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},

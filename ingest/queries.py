@@ -50,17 +50,25 @@ ONE_ID = "SELECT {event_id:String}"
 
 
 def since(ids: str, view: str = "events", db: str = "") -> str:
-    """``events`` or ``event_vms`` for the events ``ids`` selects, read from the first day of those events on.
+    """``events`` or ``event_vms`` restricted to the events ``ids`` selects, read from their first day on.
 
+    A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
+    both bounds the rollup parts read and filters the rows, so callers need not repeat ``event_id IN (ids)``.
     ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
     """
-    first_day = f"SELECT toDate(min(first_seen_at)) FROM {db}event_rollup WHERE event_id IN ({ids})"
-    return f"{db}{view}_since(since_day = ({first_day}))"
+    picked = (
+        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
+        f"WHERE event_id IN ({ids})"
+    )
+    return (
+        f"(WITH ({picked}) AS picked SELECT * FROM {db}{view}_since(since_day = picked.2) "
+        "WHERE event_id IN picked.1)"
+    )
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS)} WHERE event_id IN ({WINDOW_IDS}) "
-    "AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+    f"FROM {since(WINDOW_IDS)} "
+    "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
 
@@ -206,15 +214,9 @@ INNER JOIN
     SELECT event_id, first_seen_at FROM """
     + since(WINDOW_IDS)
     + """
-    WHERE event_id IN ("""
-    + WINDOW_IDS
-    + """)
-      AND first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
+    WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
-  AND v.event_id IN ("""
-    + WINDOW_IDS
-    + """)
 GROUP BY fault_domain
 ORDER BY fault_domain
 """,
