@@ -57,12 +57,10 @@ def since(ids: str, view: str = "events", db: str = "") -> str:
     ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
     """
     picked = (
-        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
-        f"WHERE event_id IN ({ids})"
+        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup WHERE event_id IN ({ids})"
     )
     return (
-        f"(WITH ({picked}) AS picked SELECT * FROM {db}{view}_since(since_day = picked.2) "
-        "WHERE event_id IN picked.1)"
+        f"(WITH ({picked}) AS picked SELECT * FROM {db}{view}_since(since_day = picked.2) WHERE event_id IN picked.1)"
     )
 
 
