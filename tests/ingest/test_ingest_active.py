@@ -113,6 +113,8 @@ def test_retired_vms_are_apart_and_release_their_events(ch: Any, db: str) -> Non
         "vm-0": "reporting", "vm-1": "silent", "vm-2": "retired", "vm-3": "retired", "vm-4": "retired",
         "vm-5": "reporting",
     }  # fmt: skip
+    retired = {r[0] for r in ch.query(f"SELECT vm_id FROM {db}.vm_status WHERE state = 'retired'").result_rows}
+    assert {r[0] for r in ch.query(f"SELECT vm_id FROM {db}.retired_vms").result_rows} == retired, "one rule"
     assert [r["vm_name"] for r in _alert(ch, db, "Collector silent for five minutes")] == ["vm-1"]
     # a Reboot still shown to the retired VMs only is no longer active; shown to a silent one, it still is
     for vm in (2, 3):
