@@ -205,7 +205,9 @@ def with_any_text(draw: st.DrawFn) -> tuple[bytes, bool]:
     texts: list[str] = []
     for i in range(draw(st.integers(1, 3))):
         e: dict[str, Any] = {**FULL_EVENT, "EventId": f"E{i}"}
-        for key in draw(st.lists(st.sampled_from(["EventId", "EventType", "Description", "EventSource"]), max_size=3)):
+        for key in draw(
+            st.lists(st.sampled_from(["EventId", "EventType", "Description", "EventSource"]), max_size=3, unique=True)
+        ):
             e[key] = draw(_any_text.filter(str.strip)) + str(i) if key == "EventId" else draw(_any_text)
             texts.append(e[key])
         e["Resources"] = draw(st.lists(_any_text, max_size=2))

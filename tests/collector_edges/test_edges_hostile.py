@@ -80,6 +80,7 @@ def check(figures: Figures) -> None:
     assert figures.peak_rss_kib <= RSS_BUDGET_KIB, f"peak RSS {figures.peak_rss_kib} KiB"
 
 
+@pytest.mark.slow  # a real collector through 200 hostile answers, some of which wait out a timeout
 def test_hostile_answers_never_crash_stall_or_lose_a_good_document(tmp_path: Path) -> None:
     """Two hundred hostile answers between good documents: no exit, no stall, every transition, RSS in budget."""
     figures = hostile_run(tmp_path, 200, seed=17)

@@ -94,6 +94,13 @@ def _wait_settled(sim: SimServer, timeout: float) -> None:
     raise AssertionError("the scenario did not settle")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that reads the seeded pipeline (simulator, collectors, ingest) is end-to-end: the slow tier."""
+    for item in items:
+        if "seeded" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="package")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     """Runs the dashboards scenario once and loads every collector's outbox into embedded ClickHouse."""

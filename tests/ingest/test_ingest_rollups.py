@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 
 from ingest.migrate import Target, load_migrations, migrate, render
 
+# Real ClickHouse, hundreds of inserts and queries per property run: the slow tier (still run in CI).
+pytestmark = pytest.mark.slow
+
 NOW = datetime.now(UTC).replace(microsecond=0)
 KINDS = ("appeared", "status_changed", "updated", "disappeared", "anomaly")
 COLUMNS = (
