@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from tabulate import tabulate
+
 from ingest.queries import Result
 from sevents import records
 
@@ -29,14 +31,11 @@ def render(result: Result, fmt: str = "table") -> str:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned text table; "(no rows)" when empty."""
+    """A plain aligned text table (tabulate's "simple" layout, cells as given); "(no rows)" when empty."""
     if not rows:
         return "(no rows)\n"
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines) + "\n"
+    text = tabulate(rows, headers=list(columns), tablefmt="simple", disable_numparse=True, stralign="left")
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
 def _plain(value: Any) -> Any:
