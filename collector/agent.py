@@ -323,7 +323,7 @@ class Agent:
         return self.outbox.depth()
 
     def close(self) -> None:
-        """Release the sink, the outbox, the HTTP session and the state-dir lock; say what was not shipped."""
+        """Release the sink, the outbox, the HTTP connections and the state-dir lock; say what was not shipped."""
         if self._parts.shipper is not None:
             self._parts.shipper.shutdown(0.0)
         self.client.close()

@@ -26,7 +26,7 @@ from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
-from sevents.telemetry import make_meter_provider
+from sevents.telemetry import make_meter_provider, otlp_configured
 
 log = logging.getLogger("collector")
 
@@ -214,7 +214,9 @@ def _stop_on_signals(stop: threading.Event) -> None:
 def _run(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
-    provider = make_meter_provider("sevents-collector")
+    # Without an OTLP endpoint no figure would leave the process: the agent records into the API's no-op
+    # provider then, and the SDK (megabytes of a daemon meant to be small) is never imported.
+    provider = make_meter_provider("sevents-collector") if otlp_configured() else None
     try:
         # An outbox that cannot be opened (a full disk) is waited out, never a reason to exit: a supervisor
         # restarting us would find the same disk, and meanwhile nobody would try again.
@@ -226,7 +228,8 @@ def _run(settings: CollectorSettings) -> int:
             on_retry=lambda note: log.error("cannot open the outbox; trying again", extra={"error": str(note.error)}),
         )
     except RetryInterrupted:
-        provider.shutdown()
+        if provider is not None:
+            provider.shutdown()
         return EXIT_OK
     try:
         agent.run(stop)
@@ -234,7 +237,8 @@ def _run(settings: CollectorSettings) -> int:
         pass
     finally:
         agent.close()
-        provider.shutdown()
+        if provider is not None:
+            provider.shutdown()
     return EXIT_OK
 
 

@@ -3,10 +3,11 @@
 Theory of operation. Each request is one ``collector.fetch.bounded_get``: a total deadline (the read timeout
 bounds the whole answer, not each read), a body cap, and ``stop`` ending the wait at once, so the first call
 may take the documented two minutes yet shutdown returns at once, and a trickling server holds no poll. Requests carry
-``Metadata: true``, never ``X-Forwarded-For``, ignore every proxy setting (``trust_env=False`` and explicit
-empty ``proxies``), and never follow redirects. Requests from one client are spaced by ``min_interval_s`` so
-the collector stays well below the ~5 requests/s that IMDS allows per VM across all agents. What is retried,
-for how long, and which api-version comes next is decided by the pure policy in ``collector.imds_policy``.
+``Metadata: true``, never ``X-Forwarded-For``, go straight to IMDS whatever the proxy settings of the
+environment (the standard library's HTTP client consults none), and never follow redirects. Requests from one
+client are spaced by ``min_interval_s`` so the collector stays well below the ~5 requests/s that IMDS allows
+per VM across all agents. What is retried, for how long, and which api-version comes next is decided by the
+pure policy in ``collector.imds_policy``.
 
 Errors::
 
@@ -25,10 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-import requests
-
 import sevents
-from collector.fetch import NO_PROXY, Answer, FetchError, FetchInterrupted, bounded_get
+from collector.fetch import Answer, Connections, FetchError, FetchInterrupted, bounded_get
 from collector.imds_policy import (
     DEFAULT_API_VERSION,
     DEFAULT_INSTANCE_API_VERSION,
@@ -94,19 +93,9 @@ def instance_url(base_url: str, api_version: str) -> str:
     return f"{base_url.rstrip('/')}/metadata/instance?api-version={api_version}"
 
 
-def new_session() -> requests.Session:
-    """A session that can only talk to IMDS directly: no proxies from the environment, no netrc."""
-    session = requests.Session()
-    return harden(session)
-
-
-def harden(session: requests.Session) -> requests.Session:
-    """Make any session safe for IMDS (also one passed in by a caller)."""
-    session.trust_env = False
-    session.proxies = dict(NO_PROXY)
-    session.headers.pop("X-Forwarded-For", None)
-    session.headers["User-Agent"] = f"sevents-collector/{sevents.__version__}"
-    return session
+def request_headers() -> dict[str, str]:
+    """The headers of every IMDS request: ``Metadata: true`` (IMDS refuses requests without it), and who asks."""
+    return {"Metadata": "true", "User-Agent": f"sevents-collector/{sevents.__version__}", "Accept": "*/*"}
 
 
 class ImdsClient:
@@ -118,7 +107,7 @@ class ImdsClient:
         *,
         api_version: str = DEFAULT_API_VERSION,
         instance_api_version: str = DEFAULT_INSTANCE_API_VERSION,
-        session: requests.Session | None = None,
+        connections: Connections | None = None,
         policy: ImdsPolicy | None = None,
         on_error: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -127,7 +116,8 @@ class ImdsClient:
         self.api_version = api_version
         self.instance_api_version = instance_api_version
         self.policy = policy or ImdsPolicy()
-        self._session = harden(session) if session is not None else new_session()
+        self._connections = connections if connections is not None else Connections()
+        self._headers = request_headers()
         self.on_error = on_error or (lambda kind: None)  # the agent counts every failed request
         self._monotonic = monotonic
         self._warm = False  # becomes True at the first HTTP response: IMDS is past its slow first call
@@ -138,7 +128,7 @@ class ImdsClient:
 
     def close(self) -> None:
         """Release pooled connections."""
-        self._session.close()
+        self._connections.close()
 
     def scheduled_events(self, stop: threading.Event) -> ImdsResponse:
         """GET the Scheduled Events document (negotiating the api-version if IMDS refuses ours)."""
@@ -247,9 +237,9 @@ class ImdsClient:
         total = self.policy.read_timeout_s if self._warm else self.policy.first_call_timeout_s
         try:
             answer = bounded_get(
-                self._session,
+                self._connections,
                 url,
-                headers={"Metadata": "true"},
+                headers=self._headers,
                 connect_timeout_s=self.policy.connect_timeout_s,
                 total_s=total,
                 max_bytes=self.policy.max_body_bytes,
@@ -283,5 +273,5 @@ def _http_error(answer: Answer) -> ImdsError:
         offered = newest_versions(answer.body)
         if offered is not None:
             return ImdsError("version", f"IMDS refused the api-version: {detail}", status, offered=offered)
-    retry_after = parse_retry_after(answer.headers.get("Retry-After"), datetime.now(UTC))
+    retry_after = parse_retry_after(answer.headers.get("retry-after"), datetime.now(UTC))
     return ImdsError(kind, f"IMDS answered {status} for {answer.url}: {detail}", status, retry_after=retry_after)

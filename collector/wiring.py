@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-import requests
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 from collector.agent import Agent, AgentError, Parts, utc_now
 from collector.dhcp import resolve_base_url
+from collector.fetch import Connections
 from collector.imds import ImdsClient
 from collector.imds_policy import ImdsPolicy
 from collector.instance import InstanceCache, fallback_identity
@@ -31,7 +31,7 @@ from sevents.retry import Backoff
 def build_agent(
     settings: CollectorSettings,
     *,
-    session: requests.Session | None = None,
+    connections: Connections | None = None,
     clock: Callable[[], datetime] = utc_now,
     meter_provider: MeterProvider | None = None,
     sink: Sink | None = None,
@@ -48,7 +48,7 @@ def build_agent(
             resolve_base_url(settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs),
             api_version=settings.api_version,
             instance_api_version=settings.instance_api_version,
-            session=session,
+            connections=connections,
             policy=imds_policy(settings),
             monotonic=monotonic,
         )

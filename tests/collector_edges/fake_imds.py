@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -59,6 +61,7 @@ class Seen:
     headers: dict[str, str]
     at: float
     incarnation: int | None = None
+    peer: tuple[str, int] = ("", 0)  # the client's address and port: one per TCP connection
 
 
 @dataclass
@@ -83,6 +86,7 @@ class FakeImds:
         self.instance_delay = 0.0  # seconds before instance metadata answers
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
+        self.open_connections: set[socket.socket] = set()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +94,16 @@ class FakeImds:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server.lock:
+                    server.open_connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server.lock:
+                    server.open_connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:
                 server.handle(self)
@@ -114,6 +128,17 @@ class FakeImds:
         with self.lock:
             self.document = {"DocumentIncarnation": incarnation, "Events": events}
 
+    def hang_up_idle(self) -> None:
+        """Close every kept-alive connection, as IMDS may do with one left idle; wait until they are gone."""
+        with self.lock:
+            connections = list(self.open_connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 5
+        while self.open_connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def scheduled(self) -> list[Seen]:
         """The Scheduled Events requests received so far."""
         with self.lock:
@@ -122,7 +147,7 @@ class FakeImds:
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         url = urlsplit(request.path)
         query = parse_qs(url.query)
-        seen = Seen(url.path, query, dict(request.headers.items()), time.monotonic())
+        seen = Seen(url.path, query, dict(request.headers.items()), time.monotonic(), peer=request.client_address)
         with self.lock:
             self.seen.append(seen)
             scripted = self.script.popleft() if self.script and url.path.endswith("scheduledevents") else None

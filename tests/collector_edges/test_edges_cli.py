@@ -272,3 +272,27 @@ def test_status_help_says_what_it_prints_and_its_exit_status() -> None:
     result = subprocess.run([COLLECTOR, "status", "--help"], capture_output=True, text=True, timeout=30, check=True)
     for needle in ("depth", "drops", "read-write", "exit status: 0 ok, 3"):
         assert needle in result.stdout
+
+
+# What the collector must not load: each costs megabytes of resident memory (issue 17's 34 MiB budget), and
+# none is on the poll path. The Event Hubs sink and the OTLP exporter import theirs only when configured.
+HEAVY = ("requests", "urllib3", "charset_normalizer", "azure", "msgspec", "orjson", "hypothesis")
+HEAVY += ("ingest", "dashboards", "simulator", "demo")  # the collector's own arrows point only to sevents
+
+
+def test_a_local_collector_loads_no_heavy_library(imds: FakeImds, tmp_path: Path) -> None:
+    """A poll through the command, local sink and no OTLP endpoint, imports none of them, nor the OTel SDK."""
+    imds.set_document(1, [event("a")])
+    loaded = tmp_path / "modules.txt"
+    code = (
+        "import sys; from collector.cli import main; code = main(sys.argv[2:]); "
+        "open(sys.argv[1], 'w').write('\\n'.join(sys.modules)); sys.exit(code)"
+    )
+    args = ["once", "--imds-url", imds.base_url, "--state-dir", str(tmp_path / "state"), "--min-request-interval", "0"]
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(loaded), *args], capture_output=True, env=clean_env(), timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    modules = loaded.read_text().split()
+    assert "collector.agent" in modules
+    assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith("opentelemetry.sdk")] == []

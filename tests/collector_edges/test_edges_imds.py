@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import logging
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collector.fetch import Connections
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted, scheduled_events_url
 from collector.imds_policy import SCHEDULED_EVENTS_VERSIONS, ImdsPolicy, choose_version, parse_retry_after
 from sevents.retry import Backoff
@@ -43,12 +43,26 @@ def test_metadata_header_always_sent_and_no_forwarded_for(imds: FakeImds) -> Non
         assert "X-Forwarded-For" not in seen.headers
 
 
-def test_forwarded_for_removed_from_a_caller_session(imds: FakeImds) -> None:
-    """A session handed in with X-Forwarded-For in its defaults is cleaned before use."""
-    session = requests.Session()
-    session.headers["X-Forwarded-For"] = "10.0.0.1"
-    client(imds, session=session).scheduled_events(threading.Event())
-    assert "X-Forwarded-For" not in imds.seen[0].headers
+def test_one_connection_carries_successive_requests(imds: FakeImds) -> None:
+    """Requests reuse the kept-alive connection (IMDS keeps it open): one TCP connection for several polls."""
+    c = client(imds)
+    for _ in range(3):
+        c.scheduled_events(threading.Event())
+    c.instance(threading.Event())
+    assert len({s.peer for s in imds.seen}) == 1
+    c.close()
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced(imds: FakeImds) -> None:
+    """IMDS closing an idle kept-alive connection costs nothing: the next request opens a new one, first try."""
+    c = client(imds)
+    c.scheduled_events(threading.Event())
+    imds.hang_up_idle()
+    errors: list[str] = []
+    c.on_error = errors.append
+    assert c.scheduled_events(threading.Event()).attempts == 1
+    assert errors == []
+    assert len({s.peer for s in imds.seen}) == 2
 
 
 def test_redirect_is_not_followed(imds: FakeImds) -> None:
@@ -161,32 +175,32 @@ def test_shutdown_interrupts_a_backoff(imds: FakeImds) -> None:
     assert time.monotonic() - started < 10.0  # far below the 30 s Retry-After (generous for loaded CI)
 
 
-class TimedSession(requests.Session):
-    """A real session that notes when each request leaves the client."""
+class TimedConnections(Connections):
+    """Real connections that note when each request is handed one, the moment before it leaves the client."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sent: list[float] = []
 
-    def get(self, url: str | bytes, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+    def take(self, netloc: str, connect_timeout_s: float) -> http.client.HTTPConnection:
         self.sent.append(time.monotonic())
-        return super().get(url, **kwargs)
+        return super().take(netloc, connect_timeout_s)
 
 
 def test_requests_are_spaced(imds: FakeImds) -> None:
     """With min_interval_s 0.2, each request leaves the client at least 0.2 s after the previous one was paced."""
-    # The client paces on its own clock, then hands the request to a worker thread: the moment the session sees
-    # it is later by however long that thread took to start, which load can stretch for one request and not the
+    # The client paces on its own clock, then hands the request to a worker thread: the moment the connection is
+    # taken is later by however long that thread took to start, which load can stretch for one request and not the
     # next. So the bound is taken from what the client recorded (its pacing moment), never from a fixed tolerance.
-    session = TimedSession()
-    c = client(imds, policy=ImdsPolicy(min_interval_s=0.2), session=session)
+    connections = TimedConnections()
+    c = client(imds, policy=ImdsPolicy(min_interval_s=0.2), connections=connections)
     paced: list[float] = []
     for _ in range(5):
         c.scheduled_events(threading.Event())
         paced.append(c._last_request)  # one attempt per call (200s): the pacing moment of this call's request
-    assert len(session.sent) == 5
-    assert all(p <= s for p, s in zip(paced, session.sent, strict=True)), "a request left before it was paced"
-    assert all(later >= before + 0.2 for before, later in zip(paced, session.sent[1:], strict=False))
+    assert len(connections.sent) == 5
+    assert all(p <= s for p, s in zip(paced, connections.sent, strict=True)), "a request left before it was paced"
+    assert all(later >= before + 0.2 for before, later in zip(paced, connections.sent[1:], strict=False))
 
 
 def test_proxy_environment_is_ignored(imds: FakeImds, monkeypatch: pytest.MonkeyPatch) -> None:
