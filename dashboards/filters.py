@@ -75,11 +75,6 @@ def event_vm_filter() -> str:
     return " AND ".join([event_type_filter(), vm_filter()])
 
 
-def event_in_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
-    """The event overlaps the dashboard's time range (still-active events have no end)."""
-    return f"{first} <= $__toTime AND ({last} IS NULL OR {last} >= $__fromTime)"
-
-
 # The EventIds a panel may show, each found through recent rollup parts only (never the history):
 # what is active now, what was first seen in the range, and what overlaps the range.
 ACTIVE_IDS: Final = f"SELECT event_id FROM {DB}.active_events"
@@ -110,8 +105,8 @@ def first_seen_in_range() -> str:
 
 
 def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> str:
-    """Events that overlap the range (with ``since(OVERLAPPING_IDS)``)."""
-    return event_in_range(first, last)
+    """Events that overlap the range (with ``since(OVERLAPPING_IDS)``); still-active events have no end."""
+    return f"{first} <= $__toTime AND ({last} IS NULL OR {last} >= $__fromTime)"
 
 
 def _option_query(column: str, upstream: tuple[str, ...]) -> str:
