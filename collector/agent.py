@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,12 +28,14 @@ from typing import Any
 
 import sevents
 from collector.decode import DecodeError, decode_document
-from collector.enrich import heartbeat_record, transition_record
+from collector.downtime import event_for, snapshot_before
+from collector.enrich import heartbeat_record, impact_record, transition_record
 from collector.health import PollHealth
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted, ImdsResponse
 from collector.instance import InstanceCache
+from collector.liveness import AliveFile, Ticker
 from collector.metrics import CollectorMetrics
-from collector.model import Document, Snapshot, Transition
+from collector.model import Document, Downtime, Snapshot, Transition
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxError, OutboxFull
 from collector.pending import Pending
 from collector.settings import CollectorSettings
@@ -43,6 +46,8 @@ from collector.versions import align, stamp
 log = logging.getLogger(__name__)
 
 COLLECTOR_VERSION = sevents.__version__
+DOWNTIMES_HELD = 256  # downtimes waiting for a poll to store them; beyond, the oldest are dropped (counted)
+SNAPSHOTS_KEPT = 16  # recent committed snapshots, to tell which event was Started when a downtime began
 
 
 class AgentError(Exception):
@@ -69,6 +74,9 @@ class Parts:
     metrics: CollectorMetrics
     clock: Callable[[], datetime] = utc_now
     monotonic: Callable[[], float] = time.monotonic
+    ticker: Ticker | None = None  # measures pauses while ``run`` runs (collector.liveness)
+    alive: AliveFile | None = None  # the last moment alive, kept fresh by the ticker
+    rebooted: Downtime | None = None  # the downtime across a reboot since the previous run, to be stored
 
 
 class Agent:
@@ -90,6 +98,15 @@ class Agent:
         self._drops_at_start = self.outbox.drops()
         self._pending = Pending(parts.snapshot)  # while commits fail, self._snapshot runs ahead of the disk
         self._instance_worker: threading.Thread | None = None
+        self._downtimes_lock = threading.Lock()
+        self._downtimes: list[Downtime] = [] if parts.rebooted is None else [parts.rebooted]
+        # the snapshots of recent commits (committed at, snapshot): which events were Started when a downtime began
+        origin = datetime.min.replace(tzinfo=UTC)
+        self._committed: deque[tuple[datetime, Snapshot]] = deque([(origin, parts.snapshot)], maxlen=SNAPSHOTS_KEPT)
+        # Until the downtime across a reboot is stored, the previous boot's last moment alive is its only proof.
+        self._alive_waiting = parts.alive if parts.rebooted is not None else None
+        if parts.alive is not None and parts.rebooted is None:
+            self._keep_alive(parts.alive)
         self._refresh_outbox_metrics()
 
     @property
@@ -116,10 +133,12 @@ class Agent:
         prev = align(self._snapshot, document, response.api_version)
         snapshot, transitions = diff(prev, document, self._clock())
         snapshot = stamp(snapshot, response.api_version)
-        if snapshot is self._snapshot and not self._pending.records:
+        with self._downtimes_lock:
+            downtimes = list(self._downtimes)
+        if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
             return []
-        return self._commit(snapshot, transitions, response.api_version)
+        return self._commit(snapshot, transitions, response.api_version, downtimes)
 
     def _identity_for_poll(self, stop: threading.Event) -> None:
         """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
@@ -157,12 +176,17 @@ class Agent:
             log.warning("IMDS document had invalid values; repaired", extra={"repairs": list(document.repairs[:5])})
         return document
 
-    def _commit(self, snapshot: Snapshot, transitions: Sequence[Transition], api_version: str) -> list[dict[str, Any]]:
+    def _commit(
+        self, snapshot: Snapshot, transitions: Sequence[Transition], api_version: str, downtimes: Sequence[Downtime]
+    ) -> list[dict[str, Any]]:
         """Store what earlier polls could not, then this poll's records, with the snapshot, in one transaction."""
         vm = self.instance.identity
         records = [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
+        records += self._impact_records(downtimes, snapshot, api_version)
+        with self._downtimes_lock:  # handed to the commit: stored now, or held with the deferred records
+            self._downtimes = [d for d in self._downtimes if d not in downtimes]
         batch = self._pending.batch(records)
         try:
             seqs = self.outbox.commit(batch, snapshot.to_json())
@@ -172,7 +196,11 @@ class Agent:
         if self._pending.records:
             log.info("deferred transitions stored", extra={"count": len(self._pending.records)})
         self._snapshot = snapshot
+        self._committed.append((self._clock(), snapshot))
         self._pending.stored(snapshot)
+        if self._alive_waiting is not None:  # the reboot's downtime is stored: the alive file may move on
+            self._keep_alive(self._alive_waiting)
+            self._alive_waiting = None
         self.health.ok()
         self._refresh_outbox_metrics()
         if self._parts.shipper is not None:
@@ -184,6 +212,41 @@ class Agent:
                 extra={"kind": t.kind, "event_id": t.event_id, "status": t.status, "incarnation": t.incarnation},
             )
         return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
+
+    def _impact_records(self, downtimes: Sequence[Downtime], after: Snapshot, api_version: str) -> list[dict[str, Any]]:
+        """The records of measured downtimes, each with the event of this VM Started across it (or none)."""
+        vm = self.instance.identity
+        out = []
+        for downtime in downtimes:
+            before = snapshot_before(self._committed, downtime.began_at) or self._snapshot
+            event = event_for(downtime, before, after, vm.vm_name)
+            out.append(impact_record(downtime, event, vm, api_version=api_version, collector_version=COLLECTOR_VERSION))
+            log.info(
+                "downtime measured",
+                extra={
+                    "detected_by": downtime.detected_by,
+                    "duration_ms": downtime.duration_ms,
+                    "event_id": "" if event is None else event.event_id,
+                },
+            )
+        return out
+
+    def _downtime_seen(self, downtime: Downtime) -> None:
+        """From the ticker's thread: hold a pause until the next poll stores it with its event."""
+        with self._downtimes_lock:
+            self._downtimes.append(downtime)
+            dropped = self._downtimes[:-DOWNTIMES_HELD]
+            del self._downtimes[:-DOWNTIMES_HELD]
+        if dropped:  # only while no poll succeeds for hours of pauses; the log keeps what the outbox cannot
+            self.health.fault("downtime_dropped")
+            log.error("downtime dropped: too many waiting for a poll", extra={"began_at": str(dropped[0].began_at)})
+
+    def _keep_alive(self, alive: AliveFile) -> None:
+        ticker = self._parts.ticker
+        if ticker is not None:
+            ticker.keep_alive_file(alive)
+        else:
+            alive.beat(self._clock())
 
     def _defer(self, snapshot: Snapshot, records: Sequence[dict[str, Any]], error: OutboxError) -> None:
         """The outbox refused the commit: hold the records (see ``collector.pending``), retry next poll."""
@@ -300,9 +363,16 @@ class Agent:
             target=self.instance.run, args=(stop,), name="collector-instance", daemon=True
         )
         self._instance_worker.start()
+        workers = [self._instance_worker]
+        ticker = self._parts.ticker
+        if ticker is not None:
+            ticker.on_pause = self._downtime_seen
+            ticking = threading.Thread(target=ticker.run, args=(stop,), name="collector-ticker", daemon=True)
+            ticking.start()
+            workers.append(ticking)
         shipper = self._parts.shipper
         if shipper is None:
-            return [self._instance_worker]
+            return workers
 
         def ship() -> None:
             try:
@@ -314,7 +384,7 @@ class Agent:
 
         shipping = threading.Thread(target=ship, name="collector-shipper", daemon=True)
         shipping.start()
-        return [self._instance_worker, shipping]
+        return [*workers, shipping]
 
     def flush(self, timeout: float) -> int:
         """Ship what is pending for up to ``timeout`` seconds (no-op for the local sink); rows left."""
@@ -328,6 +398,8 @@ class Agent:
             self._parts.shipper.shutdown(0.0)
         self.client.close()
         self.outbox.close()
+        if self._parts.alive is not None:
+            self._parts.alive.close()
         os.close(self._parts.lock_fd)
 
     def _refresh_outbox_metrics(self) -> None:

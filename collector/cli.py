@@ -60,6 +60,10 @@ _HELP = {
     "eventhubs_name": "event hub name",
     "eventhubs_connection_string_file": "file with a SAS connection string (or SEVENTS_EVENTHUBS_CONNECTION_STRING)",
     "log_level": "debug, info, warning or error (default info)",
+    "boot_id_file": "file holding the kernel's boot id; a new one means the VM rebooted and the downtime is "
+    "measured (default /proc/sys/kernel/random/boot_id)",
+    "tick_interval": "seconds between the ticks that measure pauses of the VM (default 0.5)",
+    "pause_min": "a gap between ticks at least this long is recorded as a pause of the VM (default 1.5)",
 }
 
 _EPILOG = """\

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from collector.model import Event, Transition, VmIdentity
+from collector.model import Downtime, Event, Transition, VmIdentity
 from sevents import contract, records
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,28 @@ def heartbeat_record(
         _common(records.RECORD_HEARTBEAT, record_id, observed_at, api_version, collector_version),
         with_vm(vm),
         fields=contract.HEARTBEAT,
+    )
+
+
+def impact_record(
+    downtime: Downtime, event: Event | None, vm: VmIdentity, *, api_version: str, collector_version: str
+) -> Record:
+    """The wire record of one downtime ``vm`` measured on itself, with the event it belongs to (None: unannounced)."""
+    began_at = records.format_time(downtime.began_at)
+    record_id = records.impact_id(vm.vm_id, downtime.detected_by, began_at)
+    observation = {
+        "impact_id": record_id,
+        "detected_by": downtime.detected_by,
+        "began_at": began_at,
+        "duration_ms": downtime.duration_ms,
+        "event_id": "" if event is None else event.event_id,
+        "event_type": "" if event is None else event.event_type,
+    }
+    return _chain(
+        observation,
+        _common(records.RECORD_IMPACT, record_id, downtime.ended_at, api_version, collector_version),
+        with_vm(vm),
+        fields=contract.IMPACT,
     )
 
 
@@ -174,7 +196,7 @@ def _chain(start: Record, *steps: Enricher, fields: tuple[contract.Field, ...]) 
         log.warning("record fields made safe", extra={"record_type": built["record_type"], "fields": notes})
         # Where the event has its own row, the anomaly column says what was repaired; a document-level anomaly
         # keys on its anomaly text, so its notes go to the log only.
-        if built.get("event_id"):
+        if built.get("event_id") and "anomaly" in built:
             note = "made safe: " + "; ".join(notes)
             built["anomaly"] = (f"{built['anomaly']}; {note}" if built["anomaly"] else note)[
                 : contract.DEFAULT_LIMITS.max_text_chars

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 # Event statuses IMDS documents (there is no "Completed": a finished event disappears).
@@ -214,3 +214,25 @@ def _event_in(d: dict[str, Any]) -> Event:
         event_source=d["event_source"],
         duration_s=d["duration_s"],
     )
+
+
+@dataclass(frozen=True)
+class Downtime:
+    """A stretch of time the VM did not run (``collector.downtime``): from ``began_at``, the last moment it was
+    known running, to ``ended_at``; ``detected_by`` is "pause" or "reboot"."""
+
+    detected_by: str
+    began_at: datetime
+    ended_at: datetime
+
+    @property
+    def duration_ms(self) -> int:
+        return max(0, round((self.ended_at - self.began_at) / timedelta(milliseconds=1)))
+
+
+@dataclass(frozen=True)
+class Alive:
+    """The last moment the collector knew its VM running, in which boot (kept in the state dir)."""
+
+    boot_id: str
+    at: datetime

@@ -58,6 +58,9 @@ class CollectorSettings:
     eventhubs_connection_string_file: Path | None = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
     eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
     log_level: str = "info"
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
+    tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
+    pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
 
     @property
     def outbox_path(self) -> Path:
@@ -81,13 +84,25 @@ def validate(s: CollectorSettings) -> list[str]:
         problems.append(f"imds_url must be an http:// URL (IMDS is plain HTTP), got {s.imds_url!r}")
     if s.api_version not in SCHEDULED_EVENTS_VERSIONS:
         problems.append(f"api_version {s.api_version!r} is not one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
-    positive = ("poll_interval", "heartbeat_interval", "instance_refresh", "request_timeout", "first_call_timeout")
+    positive = (
+        "poll_interval",
+        "heartbeat_interval",
+        "instance_refresh",
+        "request_timeout",
+        "first_call_timeout",
+        "tick_interval",
+    )
     for name in positive:
         if getattr(s, name) <= 0:
             problems.append(f"{name} must be positive, got {getattr(s, name)}")
     for name in ("min_request_interval", "retry_deadline", "api_version_retry", "ship_max_wait", "drain_timeout"):
         if getattr(s, name) < 0:
             problems.append(f"{name} must not be negative, got {getattr(s, name)}")
+    if s.pause_min <= 2 * s.tick_interval:
+        problems.append(
+            f"pause_min must be more than twice tick_interval ({s.tick_interval}), got {s.pause_min}: "
+            "a late tick would be taken for a pause"
+        )
     if s.outbox_max_bytes < 64 * 1024:
         problems.append(f"outbox_max_bytes must be at least 65536, got {s.outbox_max_bytes}")
     if s.ship_batch < 1:

@@ -16,10 +16,12 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 from collector.agent import Agent, AgentError, Parts, utc_now
 from collector.dhcp import resolve_base_url
+from collector.downtime import reboot
 from collector.fetch import Connections
 from collector.imds import ImdsClient
 from collector.imds_policy import ImdsPolicy
 from collector.instance import InstanceCache, fallback_identity
+from collector.liveness import AliveFile, Ticker, load_alive, read_boot_id, running_since
 from collector.metrics import CollectorMetrics
 from collector.outbox import Outbox, OutboxIOError
 from collector.settings import CollectorSettings
@@ -60,6 +62,10 @@ def build_agent(
             store=outbox,
             monotonic=monotonic,
         )
+        boot_id = read_boot_id(settings.boot_id_file)
+        last_alive = load_alive(settings.state_dir)
+        alive = AliveFile(settings.state_dir, boot_id)
+        undo.callback(alive.close)
         chosen = sink if sink is not None else make_sink(settings)
         shipper = None if chosen is None else _shipper(settings, outbox, chosen)
         parts = Parts(
@@ -74,6 +80,9 @@ def build_agent(
             metrics=metrics,
             clock=clock,
             monotonic=monotonic,
+            ticker=Ticker(period_s=settings.tick_interval, pause_min_s=settings.pause_min, clock=clock),
+            alive=alive,
+            rebooted=reboot(last_alive, boot_id, running_since(last_alive, clock())),
         )
         agent = Agent(parts)
         undo.pop_all()

@@ -92,6 +92,17 @@ RULES: Final = (
         "{{ humanizeTimestamp $values.not_before.Value }}{{ end }}",
     ),
     Rule(
+        "sevents-unannounced-downtime",
+        "VM down with no event announcing it",
+        "SELECT vm_name, detected_by, toFloat64(max(duration_s)) AS downtime_s "
+        f"FROM {DB}.impacts FINAL WHERE event_id = '' AND $__timeFilter(began_at) "
+        "GROUP BY vm_name, detected_by ORDER BY vm_name, detected_by",
+        "{{ $labels.vm_name }} was down {{ $values.B.Value }} s ({{ $labels.detected_by }}) with no scheduled event",
+        "ticket",
+        description="Measured by the VM's own collector: a pause (Freeze, live migration) or a reboot that "
+        "Scheduled Events never announced.",
+    ),
+    Rule(
         "sevents-collector-silent",
         "Collector silent for five minutes",
         "SELECT vm_name, vm_id, location, ifNull(toString(fault_domain), '') AS fault_domain, "

@@ -30,7 +30,8 @@ LANES = queries.Query(
     "Per affected VM: when each event of a window was Scheduled and Started on it",
     """
 SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name, v.fault_domain AS fault_domain,
-       v.first_seen_at AS first_seen_at, v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome
+       v.first_seen_at AS first_seen_at, v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
+       v.observed_impact_s AS observed_impact_s
 FROM """
     + queries.since(queries.WINDOW_IDS, "event_vms")
     + """ AS v
@@ -70,7 +71,8 @@ def select(data: ReportData) -> ReportData:
         and (not f.vms or lane["vm_name"] in f.vms)
         and (not f.fault_domains or lane["fault_domain"] in f.fault_domains)
     ]
-    return ReportData(f, events, lanes)
+    unannounced = [d for d in data.unannounced if (not f.vms or d["vm_name"] in f.vms)]
+    return ReportData(f, events, lanes, unannounced)
 
 
 def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportData:
@@ -78,7 +80,8 @@ def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportD
     window = {"since": filters.since, "until": filters.until}
     events = queries.run(client, queries.EVENTS_IN_WINDOW, database, **window).dicts()
     lanes = queries.run(client, LANES, database, **window).dicts()
-    return select(ReportData(filters, events, lanes))
+    downtime = queries.run(client, queries.DOWNTIME, database, **window).dicts()
+    return select(ReportData(filters, events, lanes, [d for d in downtime if not d["event_id"]]))
 
 
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")

@@ -33,8 +33,9 @@ class Filters:
 
 @dataclass(frozen=True)
 class ReportData:
-    """The rows a report is drawn from: one per event, one per (event, affected VM)."""
+    """The rows a report is drawn from: one per event, one per (event, affected VM), one per unannounced downtime."""
 
     filters: Filters
     events: list[dict[str, Any]] = field(default_factory=list)
     lanes: list[dict[str, Any]] = field(default_factory=list)
+    unannounced: list[dict[str, Any]] = field(default_factory=list)  # downtime no event of the VM announced

@@ -65,16 +65,34 @@ def _span(data: ReportData) -> tuple[datetime, datetime]:
 
 
 def impact_by_fault_domain(data: ReportData) -> list[tuple[str, Sequence[float | None]]]:
-    """(label, [mean, max]) impact seconds of the affected VMs of each fault domain."""
+    """(label, [mean, max]) seconds of downtime the VMs hit in each fault domain measured on themselves."""
     per_fd: dict[Any, list[float]] = {}
     for row in data.lanes:
-        if row["started_at"] is not None and row["ended_at"] is not None:
-            seconds = (row["ended_at"] - row["started_at"]).total_seconds()
-            per_fd.setdefault(row["fault_domain"], []).append(seconds)
+        if row.get("observed_impact_s") is not None:
+            per_fd.setdefault(row["fault_domain"], []).append(row["observed_impact_s"])
     ordered = sorted(per_fd.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
     return [
         (f"FD {'?' if fd is None else fd}", [round(mean(values), 3), round(max(values), 3)]) for fd, values in ordered
     ]
+
+
+def _downtime_table(data: ReportData) -> str:
+    """One row per VM that measured downtime: for an event (from its lane) or with none announcing it."""
+    rows = [
+        (lane["vm_name"], _event_label(lane), None, lane["observed_impact_s"])
+        for lane in data.lanes
+        if lane.get("observed_impact_s") is not None
+    ]
+    rows += [(d["vm_name"], "none announced", d["detected_by"], d["duration_s"]) for d in data.unannounced]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    body = "".join(
+        f"<tr><td>{escape(vm)}</td><td>{escape(event)}</td><td>{escape(how or '')}</td>"
+        f'<td class="num">{escape(_num(seconds))}</td></tr>'
+        for vm, event, how, seconds in rows
+    )
+    body = body or '<tr><td colspan="4">no downtime measured</td></tr>'
+    head = "<th>VM</th><th>Event</th><th>Detected by</th><th>Downtime s</th>"
+    return f'<table id="downtime"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _event_label(event: dict[str, Any]) -> str:
@@ -95,8 +113,10 @@ def _table(events: list[dict[str, Any]]) -> str:
         ("Approval s", "approval_latency_s", _num),
         ("Notice s", "notice_s", _num),
         ("Announced s", "duration_s", _num),
-        ("Impact s", "impact_s", _num),
+        ("Observed impact s", "observed_impact_s", _num),
+        ("Started to gone s", "started_to_gone_s", _num),
         ("VMs", "affected_vm_count", _num),
+        ("VMs hit", "impacted_vms", _num),
         ("Fault domains", "fault_domains", lambda v: ", ".join(map(str, v or []))),
     )
     head = "".join(f"<th>{escape(title)}</th>" for title, _, _ in columns)
@@ -119,9 +139,9 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
     start, end = _span(data)
     approval = [(_event_label(e), [e["approval_latency_s"], e["notice_s"]]) for e in events if e["started_at"]]
     announced = [
-        (_event_label(e), [e["duration_s"] if (e["duration_s"] or -1) >= 0 else None, e["impact_s"]])
+        (_event_label(e), [e["duration_s"] if (e["duration_s"] or -1) >= 0 else None, e["observed_impact_s"]])
         for e in events
-        if e["impact_s"] is not None
+        if e["observed_impact_s"] is not None
     ]
     outcomes: dict[str, int] = {}
     for e in events:
@@ -142,10 +162,13 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '
         "Started.</p>"
         f"{svg.bars('Approval latency and notice', approval, ('approval', 'notice'))}"
-        "<h2>Impact per fault domain</h2>"
+        "<h2>Observed impact per fault domain</h2>"
+        '<p class="meta">Downtime each VM measured on itself (a pause, a reboot), not the time an event stayed '
+        "Started.</p>"
         f"{svg.bars('Impact per fault domain', impact_by_fault_domain(data), ('mean', 'max'))}"
         "<h2>Announced DurationInSeconds versus observed impact</h2>"
         f"{svg.bars('Announced versus observed', announced, ('announced', 'observed'))}"
+        f"<h2>Downtime per VM</h2>{_downtime_table(data)}"
         f"<h2>Events</h2>{_table(events)}"
         "</body></html>\n"
     )

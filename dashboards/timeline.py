@@ -78,7 +78,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT vm_name, fault_domain, update_domain, affects_this_vm, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, outcome, "
             "if(started_at IS NULL OR ended_at IS NULL, NULL, "
-            "dateDiff('millisecond', started_at, ended_at) / 1000) AS impact_s "
+            "dateDiff('millisecond', started_at, ended_at) / 1000) AS started_to_gone_s, observed_impact_s "
             f"FROM {ITS_VMS} WHERE {ONE_EVENT} ORDER BY fault_domain, vm_name",
             width=14,
             height=10,
@@ -89,7 +89,8 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT fault_domain, countIf(affects_this_vm) AS affected_vms, count() AS observing_vms, "
             "min(started_at) AS first_started, max(ended_at) AS last_ended, "
             "max(if(started_at IS NULL OR ended_at IS NULL, NULL, "
-            "dateDiff('millisecond', started_at, ended_at) / 1000)) AS max_impact_s "
+            "dateDiff('millisecond', started_at, ended_at) / 1000)) AS max_started_to_gone_s, "
+            "countIf(observed_impact_s IS NOT NULL) AS hit_vms, maxOrNull(observed_impact_s) AS max_observed_impact_s "
             f"FROM {ITS_VMS} WHERE {ONE_EVENT} GROUP BY fault_domain ORDER BY fault_domain",
             width=10,
             height=10,

@@ -109,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
         "fault-domains", allow_abbrev=False, help="approval latency and impact per fault domain in a window"
     )
     _window(a)
+    a = audit.add_parser(
+        "downtime",
+        allow_abbrev=False,
+        help="downtime the VMs measured on themselves in a window (pauses and reboots), announced or not",
+    )
+    _window(a)
     audit.add_parser("counts", allow_abbrev=False, help="rows per table after deduplication")
     for choice in audit.choices.values():
         _common(choice)
@@ -220,7 +226,7 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     q = args.question
     params: dict[str, Any] = {}
-    if q in ("vm", "disruptive", "events", "fault-domains"):
+    if q in ("vm", "disruptive", "events", "fault-domains", "downtime"):
         try:
             params = {"since": parse_when(args.since, now), "until": parse_when(args.until, now)}
         except ValueError as error:
@@ -243,6 +249,8 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         query = queries.EVENTS_IN_WINDOW
     elif q == "fault-domains":
         query = queries.FAULT_DOMAIN_SUMMARY
+    elif q == "downtime":
+        query = queries.DOWNTIME
     else:
         query = queries.COUNTS
     try:

@@ -31,6 +31,7 @@ from ingest.errors import InvalidRecord
 from ingest.rules import (
     COMMON_RULES,
     HEARTBEAT_RULES,
+    IMPACT_RULES,
     INT64,
     RULES,
     TIME_YEARS,
@@ -307,6 +308,9 @@ _T_VM, _T_EVENT, _T_ANOMALY, _T_INCARNATION, _T_KIND, _T_KEY, _T_ID = _index(
     TRANSITION_RULES, "vm_id", "event_id", "anomaly", "incarnation", "kind", "transition_id", "record_id"
 )
 _H_VM, _H_OBSERVED, _H_KEY, _H_ID = _index(HEARTBEAT_RULES, "vm_id", "observed_at", "heartbeat_id", "record_id")
+_I_VM, _I_DETECTED, _I_BEGAN, _I_KEY, _I_ID = _index(
+    IMPACT_RULES, "vm_id", "detected_by", "began_at", "impact_id", "record_id"
+)
 
 
 def _check_transition_key(values: tuple[Any, ...]) -> None:
@@ -326,10 +330,25 @@ def _check_heartbeat_key(values: tuple[Any, ...]) -> None:
         raise InvalidRecord("bad_key", "heartbeat_id/record_id do not match the record's identity")
 
 
+def _check_impact_key(values: tuple[Any, ...]) -> None:
+    detected_by = values[_I_DETECTED]
+    if detected_by not in records.DETECTED_BY:
+        raise InvalidRecord("bad_value", f"unknown detected_by {detected_by!r}")
+    expected = records.impact_id(values[_I_VM], detected_by, values[_I_BEGAN])
+    if values[_I_KEY] != expected or values[_I_ID] != expected:
+        raise InvalidRecord("bad_key", "impact_id/record_id do not match the record's identity")
+
+
+_KEY_CHECKS: Final = {
+    records.RECORD_TRANSITION: _check_transition_key,
+    records.RECORD_HEARTBEAT: _check_heartbeat_key,
+    records.RECORD_IMPACT: _check_impact_key,
+}
 _TRANSITION: Final = _Plan.of(records.RECORD_TRANSITION, _check_transition_key)
 _HEARTBEAT: Final = _Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
-_PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT)}
-_FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT)  # the one the throughput goal is about first
+_IMPACT: Final = _Plan.of(records.RECORD_IMPACT, _check_impact_key)
+_PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT)}
+_FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT)  # the one the throughput goal is about first
 
 
 def decoder_for(
@@ -340,8 +359,7 @@ def decoder_for(
     The ingest's own decoder is this, built once from ``sevents.contract.CONTRACT``; tests use it to show that a
     new optional field needs no change here.
     """
-    checks = {records.RECORD_TRANSITION: _check_transition_key, records.RECORD_HEARTBEAT: _check_heartbeat_key}
-    plans = tuple(_Plan.of(t, checks[t], fields) for t, fields in declaration.items())
+    plans = tuple(_Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items())
 
     def decode_with(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
         plan, row, notes = _validated_noted(payload, limits, plans)

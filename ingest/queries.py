@@ -94,8 +94,8 @@ EVENT_SUMMARY = Query(
     "One maintenance event across the fleet",
     """
 SELECT event_id, event_type, event_source, description, duration_s, outcome, first_seen_at, not_before_first,
-       not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s,
-       affected_vm_count, observing_vms, fault_domains, update_domains, anomalies
+       not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s,
+       observed_impact_s, impacted_vms, affected_vm_count, observing_vms, fault_domains, update_domains, anomalies
 FROM """
     + since(ONE_ID)
     + """
@@ -117,7 +117,9 @@ SELECT fault_domain,
        min(started_at) AS first_started,
        max(ended_at) AS last_ended,
        if(first_started IS NULL OR last_ended IS NULL, NULL,
-          dateDiff('millisecond', first_started, last_ended) / 1000) AS impact_s,
+          dateDiff('millisecond', first_started, last_ended) / 1000) AS started_to_gone_s,
+       countIf(observed_impact_s IS NOT NULL) AS impacted_vms,
+       maxOrNull(observed_impact_s) AS max_observed_impact_s,
        arrayStringConcat(arraySort(groupUniqArray(outcome)), ',') AS outcomes
 FROM """
     + since(ONE_ID, "event_vms")
@@ -136,7 +138,8 @@ EVENT_VMS = Query(
 SELECT fault_domain, update_domain, vm_name, vm_id, affects_this_vm, outcome, first_seen_at, approved_at,
        started_at, ended_at,
        if(started_at IS NULL OR ended_at IS NULL, NULL, dateDiff('millisecond', started_at, ended_at) / 1000)
-           AS impact_s
+           AS started_to_gone_s,
+       observed_impact_s
 FROM """
     + since(ONE_ID, "event_vms")
     + """
@@ -151,7 +154,8 @@ DISRUPTIVE_EVENTS = Query(
     "Reboot and Redeploy events in a window, with approval latency and impact",
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
-       approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains
+       approval_latency_s, notice_s, started_to_gone_s, observed_impact_s, impacted_vms, affected_vm_count,
+       fault_domains
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -180,7 +184,8 @@ EVENTS_IN_WINDOW = Query(
     "Every event first seen in a window",
     """
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
-       approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s, affected_vm_count,
+       approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s, observed_impact_s,
+       impacted_vms, affected_vm_count,
        affected_vms, fault_domains, update_domains, duration_s, description
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
@@ -202,8 +207,11 @@ SELECT v.fault_domain AS fault_domain,
        countIf(v.outcome = 'active') AS active,
        avgOrNull(dateDiff('millisecond', e.first_seen_at, v.approved_at) / 1000) AS avg_approval_latency_s,
        maxOrNull(dateDiff('millisecond', e.first_seen_at, v.approved_at) / 1000) AS max_approval_latency_s,
-       avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_impact_s,
-       maxOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS max_impact_s
+       avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_started_to_gone_s,
+       maxOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS max_started_to_gone_s,
+       countIf(v.observed_impact_s IS NOT NULL) AS impacted_vms,
+       avgOrNull(v.observed_impact_s) AS avg_observed_impact_s,
+       maxOrNull(v.observed_impact_s) AS max_observed_impact_s
 FROM """
     + since(WINDOW_IDS, "event_vms")
     + """ AS v
@@ -221,6 +229,18 @@ ORDER BY fault_domain
     {"since": "DateTime64", "until": "DateTime64"},
 )
 
+DOWNTIME = Query(
+    "downtime",
+    "Downtime the VMs measured on themselves in a window (event_id empty: no event announced it)",
+    """
+SELECT began_at, vm_name, fault_domain, scale_set, detected_by, duration_s, event_id, event_type
+FROM impacts FINAL
+WHERE began_at >= {since:DateTime64(3, 'UTC')} AND began_at < {until:DateTime64(3, 'UTC')}
+ORDER BY began_at, vm_name
+""",
+    {"since": "DateTime64", "until": "DateTime64"},
+)
+
 COUNTS = Query(
     "counts",
     "Rows per table after deduplication",
@@ -230,7 +250,8 @@ SELECT
     (SELECT uniqExact(event_id) FROM event_rollup) AS events,
     (SELECT count() FROM heartbeats FINAL) AS heartbeats,
     (SELECT count() FROM heartbeats_latest FINAL) AS vms_with_heartbeat,
-    (SELECT count() FROM dead_letters FINAL) AS dead_letters
+    (SELECT count() FROM dead_letters FINAL) AS dead_letters,
+    (SELECT count() FROM impacts FINAL) AS impacts
 """,
 )
 
@@ -243,6 +264,7 @@ ALL: tuple[Query, ...] = (
     SILENT_VMS,
     EVENTS_IN_WINDOW,
     FAULT_DOMAIN_SUMMARY,
+    DOWNTIME,
     COUNTS,
 )
 

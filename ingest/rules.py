@@ -19,6 +19,7 @@ from sevents.contract import INT64, TIME_YEARS, UINT16, UINT32, UINT64, Limits
 __all__ = [
     "COMMON_RULES",
     "HEARTBEAT_RULES",
+    "IMPACT_RULES",
     "INT64",
     "RULES",
     "TIME_YEARS",
@@ -37,10 +38,12 @@ Rule = contract.Field
 COMMON_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.COMMON}
 TRANSITION_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.TRANSITION}
 HEARTBEAT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.HEARTBEAT}
+IMPACT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.IMPACT}
 
 RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
     records.RECORD_TRANSITION: TRANSITION_RULES,
     records.RECORD_HEARTBEAT: HEARTBEAT_RULES,
+    records.RECORD_IMPACT: IMPACT_RULES,
 }
 
 

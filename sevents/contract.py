@@ -24,6 +24,7 @@ from typing import Any, Final
 SCHEMA_VERSION: Final = 1
 RECORD_TRANSITION: Final = "transition"
 RECORD_HEARTBEAT: Final = "heartbeat"
+RECORD_IMPACT: Final = "impact"
 
 INT64: Final = (-(2**63), 2**63 - 1)
 UINT64: Final = (0, 2**64 - 1)
@@ -99,7 +100,7 @@ VM: Final = (
 COMMON: Final = (
     Field("schema_version", "int", "UInt16", bounds=UINT16, key=True),
     _text("record_type", column=_LC, key=True),
-    _text("record_id", "transition_id for transitions, heartbeat_id for heartbeats", key=True),
+    _text("record_id", "the record's own key: transition_id, heartbeat_id or impact_id", key=True),
     Field("seq", "int", "UInt64", bounds=UINT64, doc="per-VM monotonic sequence number, assigned by the outbox"),
     Field("observed_at", "time", _TIME, key=True),
     _text("api_version", "Scheduled Events api-version used for the poll", column=_LC),
@@ -144,8 +145,24 @@ HEARTBEAT: Final = (
     Field("final", "bool", "Bool", default=False, doc="the last heartbeat of a collector stopping cleanly"),
 )
 
-CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {RECORD_TRANSITION: TRANSITION, RECORD_HEARTBEAT: HEARTBEAT}
-TABLES: Final = {RECORD_TRANSITION: "transitions", RECORD_HEARTBEAT: "heartbeats"}
+# Downtime the collector measured on its own VM (collector/downtime.py): a pause (the VM stopped running while
+# the collector's clock kept counting) or a reboot (a new boot id). One record per observation.
+IMPACT: Final = (
+    *COMMON,
+    _text("impact_id", key=True),
+    _text("detected_by", "pause | reboot", column=_LC, key=True),
+    Field("began_at", "time", _TIME, key=True, doc="the last moment the collector knew its VM running"),
+    Field("duration_ms", "int", "UInt64", bounds=UINT64, doc="from began_at until the VM ran again"),
+    _text("event_id", 'the event of this VM that was Started then; "" when no event announced it'),
+    _text("event_type", '"" when no event announced it', column=_LC),
+)
+
+CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {
+    RECORD_TRANSITION: TRANSITION,
+    RECORD_HEARTBEAT: HEARTBEAT,
+    RECORD_IMPACT: IMPACT,
+}
+TABLES: Final = {RECORD_TRANSITION: "transitions", RECORD_HEARTBEAT: "heartbeats", RECORD_IMPACT: "impacts"}
 
 
 def names(fields: tuple[Field, ...]) -> tuple[str, ...]:

@@ -23,7 +23,13 @@ CONTENT_TYPE: Final = "application/json"
 
 RECORD_TRANSITION: Final = contract.RECORD_TRANSITION
 RECORD_HEARTBEAT: Final = contract.RECORD_HEARTBEAT
-RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT)
+RECORD_IMPACT: Final = contract.RECORD_IMPACT
+RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT, RECORD_IMPACT)
+
+# How the collector noticed its VM was down (collector/downtime.py).
+DETECTED_PAUSE: Final = "pause"
+DETECTED_REBOOT: Final = "reboot"
+DETECTED_BY: Final = (DETECTED_PAUSE, DETECTED_REBOOT)
 
 # Transition kinds (see collector/transitions.py for the lifecycle table that produces them).
 KIND_APPEARED: Final = "appeared"
@@ -38,6 +44,7 @@ VM_FIELDS: Final = contract.names(contract.VM)
 COMMON_FIELDS: Final = contract.names(contract.COMMON)
 TRANSITION_FIELDS: Final = contract.names(contract.TRANSITION)
 HEARTBEAT_FIELDS: Final = contract.names(contract.HEARTBEAT)
+IMPACT_FIELDS: Final = contract.names(contract.IMPACT)
 
 
 def transition_id(vm_id: str, event_id: str, incarnation: int, kind: str) -> str:
@@ -52,6 +59,11 @@ def transition_id(vm_id: str, event_id: str, incarnation: int, kind: str) -> str
 def heartbeat_id(vm_id: str, observed_at: str) -> str:
     """The deterministic dedupe key of a heartbeat."""
     return _digest("h", vm_id, observed_at)
+
+
+def impact_id(vm_id: str, detected_by: str, began_at: str) -> str:
+    """The deterministic dedupe key of an observed downtime: its VM, how it was noticed and when it began."""
+    return _digest("i", vm_id, detected_by, began_at)
 
 
 def _digest(*parts: str) -> str:

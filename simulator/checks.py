@@ -27,7 +27,15 @@ def cross_check(s: Scenario, groups: Collection[str]) -> list[str]:
         problems.extend(f"event {e.label}: {v!r} is not a VM of group {e.group!r}" for v in e.vms if v not in members)
         if e.fault_domain is not None and members and all(vm.fault_domain != e.fault_domain for vm in members.values()):
             problems.append(f"event {e.label}: group {e.group!r} has no VM in fault domain {e.fault_domain}")
-        times = (e.at_s or 0.0, e.gap_s, e.notice_s, e.started_for_s, e.start_delay_s, e.cancel_after_s or 0.0)
+        times = (
+            e.at_s or 0.0,
+            e.gap_s,
+            e.notice_s,
+            e.started_for_s,
+            e.start_delay_s,
+            e.cancel_after_s or 0.0,
+            e.down_s,
+        )
         if min(times) < 0:
             problems.append(f"event {e.label}: times must not be negative")
     problems.extend(_cycles(s))
@@ -45,6 +53,10 @@ def cross_check(s: Scenario, groups: Collection[str]) -> list[str]:
         problems.extend(
             f"fault: {k} must be at most {FAULT_LIMITS[k]}" for k, v in numbers.items() if v > FAULT_LIMITS[k]
         )
+    for pause in s.pauses:
+        problems.extend(f"pause: unknown VM {v!r}" for v in pause.vms if v not in names)
+        if not pause.vms or pause.at_s < 0 or not 0 < pause.down_s <= FAULT_LIMITS["seconds"]:
+            problems.append(f"pause: needs vms, at >= 0 and 0 < down <= {FAULT_LIMITS['seconds']:g}")
     ids = [e.event_id for e in s.events if e.event_id]
     if len(set(ids)) != len(ids):
         problems.append("events: explicit ids must be unique")

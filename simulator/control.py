@@ -10,7 +10,7 @@ from sevents.records import format_time
 from simulator.engine import Engine
 from simulator.faults import FaultBook
 from simulator.protocol import Reply
-from simulator.state import Served
+from simulator.state import DownSpan, Served
 
 
 class ControlTarget(Protocol):
@@ -22,6 +22,7 @@ class ControlTarget(Protocol):
     @property
     def engine(self) -> Engine: ...
     def truth(self) -> list[dict[str, Any]]: ...
+    def downtime(self) -> list[DownSpan]: ...
     def status(self) -> dict[str, Any]: ...
     def history(self, name: str) -> list[Served]: ...
     def approvals(self) -> list[tuple[datetime, str, str, str]]: ...
@@ -45,6 +46,9 @@ def handle(sim: ControlTarget, method: str, path: str, query: dict[str, list[str
     if method == "GET":
         if path == "/_sim/truth":
             return Reply(200, jsonable(sim.truth()))
+        if path == "/_sim/downtime":
+            spans = [{**vars(d), "down_s": d.down_s} for d in sim.downtime()]
+            return Reply(200, jsonable(spans))
         if path == "/_sim/status":
             return Reply(200, sim.status())
         if path == "/_sim/vms":

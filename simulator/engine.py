@@ -24,7 +24,7 @@ from typing import Any
 from simulator.fleet import Vm, build_fleet
 from simulator.protocol import EventView
 from simulator.scenario import EventSpec, Scenario
-from simulator.state import GONE, EventState, Happening, Served, VmState, truth_row
+from simulator.state import GONE, DownSpan, EventState, Happening, Served, VmState, truth_row
 
 
 @dataclass(frozen=True)
@@ -289,6 +289,26 @@ class Engine:
     def truth(self) -> list[dict[str, Any]]:
         """One row per (event, VM that saw it): what really happened, in the interface's shape."""
         return [truth_row(e, self.vms[name].view) for e in self._events if e.visible_at for name in e.recipients]
+
+    def downtime(self, now: datetime) -> list[DownSpan]:
+        """Every stretch a VM was (or is) really down that began by ``now``: each affected VM of a Started event for
+        the event's ``down_s``, and the scenario's unannounced pauses. Wall seconds, never scaled by speed."""
+        spans = [
+            DownSpan(vm, e.event_id, e.spec.label, e.started_at, e.started_at + timedelta(seconds=e.spec.down_s))
+            for e in self._events
+            if e.started_at is not None and e.spec.down_s > 0
+            for vm in e.resources
+            if vm in self.vms
+        ]
+        for i, pause in enumerate(self.scenario.pauses):
+            at = self._after(self.start, pause.at_s)
+            spans += [DownSpan(vm, "", f"pause-{i}", at, at + timedelta(seconds=pause.down_s)) for vm in pause.vms]
+        return sorted((d for d in spans if d.began_at <= now), key=lambda d: (d.began_at, d.vm_name))
+
+    def down_until(self, name: str, now: datetime) -> datetime | None:
+        """When VM ``name``, down at ``now``, runs again; None when it is running."""
+        ends = [d.ended_at for d in self.downtime(now) if d.vm_name == name and d.began_at <= now < d.ended_at]
+        return max(ends, default=None)
 
     def events_summary(self) -> dict[str, int]:
         """How many events are in each state."""

@@ -12,6 +12,7 @@ from simulator.checks import cross_check
 from simulator.errors import ScenarioError
 from simulator.scenario import (
     DEFAULT_DESCRIPTION,
+    DEFAULT_DOWN_S,
     DEFAULT_DURATION_S,
     DEFAULT_NOTICE_S,
     DEFAULT_STARTED_FOR_S,
@@ -24,6 +25,7 @@ from simulator.scenario import (
     FaultSpec,
     FleetSpec,
     GroupSpec,
+    PauseSpec,
     ResetSpec,
     Scenario,
 )
@@ -101,7 +103,7 @@ def _group(t: _Table) -> GroupSpec:
     return spec
 
 
-def _event(t: _Table, label: str, wave: str = "") -> EventSpec:
+def _event(t: _Table, label: str, wave: str = "", *, downtime: bool = False) -> EventSpec:
     event_type = t.choice("type", EVENT_TYPES, "Freeze")
     at_s = t.get("at", float, None)
     after = t.get("after", str, "")
@@ -130,6 +132,7 @@ def _event(t: _Table, label: str, wave: str = "") -> EventSpec:
         approval=t.choice("approval", ("any", "each"), "any"),
         start_delay_s=t.get("start_delay", float, 0.0),
         event_id=t.get("id", str, ""),
+        down_s=t.get("down", float, _default_down(event_type, t.data.get("duration")) if downtime else 0.0),
     )
     second.finish()
     if not spec.group:
@@ -137,17 +140,26 @@ def _event(t: _Table, label: str, wave: str = "") -> EventSpec:
     return spec
 
 
-def _events(root: _Table) -> list[EventSpec]:
+def _default_down(event_type: str, duration: Any) -> float:
+    """A Freeze pauses its VMs for what it announces; the other types for their typical wall time."""
+    down = DEFAULT_DOWN_S[event_type]
+    if down is not None:
+        return down
+    announced = duration if type(duration) is int else DEFAULT_DURATION_S[event_type]
+    return float(max(announced, 0))
+
+
+def _events(root: _Table, downtime: bool) -> list[EventSpec]:
     out: list[EventSpec] = []
     for i, raw in enumerate(root.tables("events")):
         t = _Table(raw, f"events[{i}]", root.problems)
         label = t.get("label", str, f"event-{i}")
-        out.append(_event(t, label))
+        out.append(_event(t, label, downtime=downtime))
         t.finish()
     return out
 
 
-def _waves(root: _Table, groups: dict[str, GroupSpec]) -> list[EventSpec]:
+def _waves(root: _Table, groups: dict[str, GroupSpec], downtime: bool) -> list[EventSpec]:
     """A wave is sugar for one event per fault domain of a group, each after the previous one ended."""
     out: list[EventSpec] = []
     for i, raw in enumerate(root.tables("waves")):
@@ -163,7 +175,7 @@ def _waves(root: _Table, groups: dict[str, GroupSpec]) -> list[EventSpec]:
             raw_event = {**base, "fault_domain": fd}
             raw_event.update({"at": start} if fd == 0 else {"after": f"{label}-fd{fd - 1}", "gap": gap})
             event_table = _Table(raw_event, f"waves[{i}]", root.problems)
-            out.append(_event(event_table, f"{label}-fd{fd}", label))
+            out.append(_event(event_table, f"{label}-fd{fd}", label, downtime=downtime))
             if fd == 0:
                 event_table.finish()
     return out
@@ -184,6 +196,7 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         idle_off_s=f.get("idle_off", float, None),
         rate_limit=f.get("rate_limit", float, 0.0),
         first_call_delay=f.get("first_call_delay", float, 0.0),
+        downtime=f.get("downtime", bool, False),
     )
     f.finish()
     by_name = {g.name: g for g in groups}
@@ -191,7 +204,7 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         problems.append("fleet.groups: at least one group of VMs is required")
     if len(by_name) != len(groups):
         problems.append("fleet.groups: group names must be unique")
-    events = _events(root) + _waves(root, by_name)
+    events = _events(root, fleet.downtime) + _waves(root, by_name, fleet.downtime)
     approvals = []
     for i, raw in enumerate(root.tables("approvals")):
         t = _Table(raw, f"approvals[{i}]", problems)
@@ -217,6 +230,11 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         t = _Table(raw, f"resets[{i}]", problems)
         resets.append(ResetSpec(t.get("at", float, 0.0), t.get("group", str, ""), t.get("incarnation", int, 1)))
         t.finish()
+    pauses = []
+    for i, raw in enumerate(root.tables("pauses")):
+        t = _Table(raw, f"pauses[{i}]", problems)
+        pauses.append(PauseSpec(t.strings("vms", []), t.get("at", float, 0.0), t.get("down", float, 3.0)))
+        t.finish()
     scenario = Scenario(
         name=root.get("name", str, name),
         description=root.get("description", str, ""),
@@ -226,6 +244,7 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         approvals=tuple(approvals),
         faults=tuple(faults),
         resets=tuple(resets),
+        pauses=tuple(pauses),
     )
     root.finish()
     problems.extend(cross_check(scenario, set(by_name)))

@@ -27,6 +27,9 @@ DEFAULT_DESCRIPTION: Final = {
     "Terminate": "Virtual machine is being deleted from the scale set.",
 }
 DEFAULT_STARTED_FOR_S: Final = 600.0  # Started to gone: about 10 minutes
+# How long each affected VM is really down once its event started, in *wall* seconds (never scaled by speed: a
+# real collector measures it). None: a Freeze's own DurationInSeconds. Preempt and Terminate end the VM.
+DEFAULT_DOWN_S: Final = {"Freeze": None, "Reboot": 5.0, "Redeploy": 8.0, "Preempt": 0.0, "Terminate": 0.0}
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class FleetSpec:
     idle_off_s: float | None  # switched off after this long without a poll (Azure: 24 h); None = never
     rate_limit: float  # requests per wall second per VM before 429 (IMDS allows about 5); 0 = no limit
     first_call_delay: float  # wall seconds the call that switches Scheduled Events on takes; 0 = none
+    downtime: bool = False  # events take their VMs down for their type's typical time (DEFAULT_DOWN_S)
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,9 @@ class EventSpec:
     approval: str  # "any": one approval releases all Resources; "each": every affected VM must approve
     start_delay_s: float
     event_id: str  # "" = a fresh GUID per run
+    # wall seconds each affected VM is down from Started on (not scaled by speed; 0: it keeps running): the event's
+    # ``down``, else with ``fleet.downtime`` its type's typical time
+    down_s: float
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,15 @@ class ResetSpec:
 
 
 @dataclass(frozen=True)
+class PauseSpec:
+    """A pause no event announces: ``vms`` stop running ``at_s`` into the scenario for ``down_s`` wall seconds."""
+
+    vms: tuple[str, ...]
+    at_s: float
+    down_s: float
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A whole game day."""
 
@@ -126,3 +142,4 @@ class Scenario:
     approvals: tuple[ApprovalSpec, ...]
     faults: tuple[FaultSpec, ...]
     resets: tuple[ResetSpec, ...]
+    pauses: tuple[PauseSpec, ...] = ()

@@ -36,7 +36,7 @@ from simulator.protocol import (
     render_instance,
 )
 from simulator.scenario import Scenario
-from simulator.state import Happening, Served
+from simulator.state import DownSpan, Happening, Served
 
 log = logging.getLogger("simulator")
 TICK_S = 0.01  # how often the background ticker advances the engine (wall seconds)
@@ -254,7 +254,8 @@ class SimServer:
         return checked
 
     def answer(self, vm: str, method: str, path: str, version: str, body: bytes) -> Reply:
-        """Answer one valid IMDS request of VM ``vm``."""
+        """Answer one valid IMDS request of VM ``vm`` (once the VM runs again, if it is down)."""
+        self._while_down(vm)
         if path.rstrip("/") == "/metadata/instance":
             if method != "GET":
                 return Reply(405, {"error": "Method not allowed"})
@@ -281,6 +282,22 @@ class SimServer:
             self._log(happened)
             self._served.setdefault(vm, deque(maxlen=SERVED_KEPT)).append(now)
             return Reply(200, render_document(version, incarnation, events))
+
+    def _while_down(self, vm: str) -> None:
+        """Hold a request of a VM that is down (paused or rebooting) until it runs again, as a real VM would."""
+        for _ in range(100):  # downtimes back to back: each one waited out, never forever
+            with self._lock:
+                now = self._clock()
+                self._log(self.engine.advance(now))
+                up = self.engine.down_until(vm, now)
+            if up is None or self.wait((up - now).total_seconds()):
+                return
+
+    def downtime(self) -> list[DownSpan]:
+        """Every stretch a VM was really down so far (ground truth of observed impact)."""
+        with self._lock:
+            self.advance()
+            return self.engine.downtime(self._clock())
 
     def control(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply:
         """The ``/_sim/...`` control and inspection endpoints (see simulator/control.py)."""

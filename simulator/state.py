@@ -35,6 +35,22 @@ class Served:
     events: tuple[EventView, ...]
 
 
+@dataclass(frozen=True)
+class DownSpan:
+    """A VM really down (not running, not answering) from ``began_at`` to ``ended_at``: its event's doing, or a pause
+    no event announced (``event_id`` "")."""
+
+    vm_name: str
+    event_id: str
+    label: str
+    began_at: datetime
+    ended_at: datetime
+
+    @property
+    def down_s(self) -> float:
+        return (self.ended_at - self.began_at).total_seconds()
+
+
 @dataclass
 class EventState:
     spec: EventSpec
@@ -65,6 +81,7 @@ class VmState:
 
 def truth_row(e: EventState, vm: VmView) -> dict[str, Any]:
     """What really happened to event ``e`` as VM ``vm`` saw it (the interface's truth shape plus extras)."""
+    hit = vm.name in e.resources and e.started_at is not None and e.spec.down_s > 0
     return {
         "event_id": e.event_id,
         "label": e.spec.label,
@@ -87,4 +104,7 @@ def truth_row(e: EventState, vm: VmView) -> dict[str, Any]:
         "second_impact_at": e.second_impact_at,
         "ended_at": e.ended_at,
         "outcome": e.state if e.state in GONE else "active",
+        # what the VM really went through: down from Started on, for the event's down_s wall seconds
+        "down_at": e.started_at if hit else None,
+        "down_s": e.spec.down_s if hit else None,
     }

@@ -45,14 +45,16 @@ def _event(event_id: str, event_type: str, **extra: Any) -> dict[str, Any]:
         "approval_latency_s": 120.0,
         "notice_s": 120.0,
         "duration_s": 7,
-        "impact_s": 60.0,
+        "started_to_gone_s": 60.0,
+        "observed_impact_s": 7.5,
+        "impacted_vms": 2,
         "affected_vm_count": 1,
         "fault_domains": [0],
     }
     return {**base, **extra}
 
 
-def _lane(event_id: str, vm: str, fd: int, started: bool = True) -> dict[str, Any]:
+def _lane(event_id: str, vm: str, fd: int, started: bool = True, down_s: float | None = None) -> dict[str, Any]:
     return {
         "event_id": event_id,
         "event_type": "Reboot",
@@ -62,6 +64,7 @@ def _lane(event_id: str, vm: str, fd: int, started: bool = True) -> dict[str, An
         "started_at": T0 + timedelta(minutes=2) if started else None,
         "ended_at": T0 + timedelta(minutes=3),
         "outcome": "completed" if started else "cancelled",
+        "observed_impact_s": down_s,
     }
 
 
@@ -70,11 +73,17 @@ def _data(**filters: Any) -> ReportData:
     events = [
         _event("AAAA-1", "Reboot"),
         _event(
-            "BBBB-2", "Freeze", fault_domains=[1], outcome="cancelled", started_at=None, approved_at=None, impact_s=None
+            "BBBB-2", "Freeze", fault_domains=[1], outcome="cancelled", started_at=None, approved_at=None, started_to_gone_s=None, observed_impact_s=None
         ),
     ]
-    lanes = [_lane("AAAA-1", "vm-0", 0), _lane("AAAA-1", "vm-3", 0), _lane("BBBB-2", "vm-1", 1, started=False)]
-    return ReportData(f, events, lanes)
+    lanes = [
+        _lane("AAAA-1", "vm-0", 0, down_s=7.5),
+        _lane("AAAA-1", "vm-3", 0, down_s=4.5),
+        _lane("AAAA-1", "vm-5", 0),  # affected, never hit: no downtime measured
+        _lane("BBBB-2", "vm-1", 1, started=False),
+    ]
+    unannounced = [{"vm_name": "vm-9", "detected_by": "pause", "duration_s": 3.25, "event_id": ""}]
+    return ReportData(f, events, lanes, unannounced)
 
 
 def test_render_is_self_contained() -> None:
@@ -106,8 +115,18 @@ def test_select_filters() -> None:
 
 
 def test_impact_by_fault_domain() -> None:
-    """Mean and max impact of the affected VMs per fault domain; VMs that never started do not count."""
-    assert impact_by_fault_domain(_data()) == [("FD 0", [60.0, 60.0])]
+    """Mean and max downtime the VMs hit in each fault domain measured; VMs not hit do not count."""
+    assert impact_by_fault_domain(_data()) == [("FD 0", [6.0, 7.5])]
+
+
+def test_render_shows_the_downtime_of_each_vm() -> None:
+    """Per VM: the downtime it measured for an event, and a pause no event announced, in their own table."""
+    page = render(_data(), generated_at=T0)
+    table = page[page.index('<table id="downtime">') :]
+    table = table[: table.index("</table>")]
+    assert table.count("<tr>") == 4  # the head, vm-0, vm-3 and vm-9; vm-5 was not hit
+    assert "vm-0</td><td>Reboot AAAA-1" in table and '<td class="num">7.5</td>' in table
+    assert "vm-9</td><td>none announced</td><td>pause</td>" in table and '<td class="num">3.25</td>' in table
 
 
 @pytest.mark.parametrize(

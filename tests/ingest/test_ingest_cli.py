@@ -93,9 +93,9 @@ def test_audit_queries_answer_the_questions(ch: Any, db: str, handler: Handler) 
         == []
     )
     per_fd = queries.run(ch, queries.EVENT_BY_FAULT_DOMAIN, db, event_id="E-1").dicts()
-    assert [(r["fault_domain"], r["affected_vms"], r["impact_s"]) for r in per_fd] == [(0, 1, 30.0), (1, 2, 30.0)]
+    assert [(r["fault_domain"], r["affected_vms"], r["started_to_gone_s"]) for r in per_fd] == [(0, 1, 30.0), (1, 2, 30.0)]
     disruptive = queries.run(ch, queries.DISRUPTIVE_EVENTS, db, types=["Reboot", "Redeploy"], **window).dicts()
-    assert [(r["event_id"], r["approval_latency_s"], r["impact_s"]) for r in disruptive] == [("E-1", 300.0, 30.0)]
+    assert [(r["event_id"], r["approval_latency_s"], r["started_to_gone_s"]) for r in disruptive] == [("E-1", 300.0, 30.0)]
     silent = queries.run(ch, queries.SILENT_VMS, db, now=BASE + timedelta(minutes=12), threshold_s=300).dicts()
     assert [r["vm_name"] for r in silent] == ["vm-000"]
     assert silent[0]["silent_for_s"] == 720.0
@@ -106,7 +106,7 @@ def test_every_query_runs_on_an_empty_schema(ch: Any, db: str) -> None:
     values: dict[str, Any] = {"String": "x", "DateTime64": BASE, "Array(String)": ["Reboot"], "UInt32": 60}
     for query in queries.ALL:
         result = queries.run(ch, query, db, **{name: values[kind] for name, kind in query.params.items()})
-        assert result.rows == ([(0, 0, 0, 0, 0)] if query is queries.COUNTS else [])
+        assert result.rows == ([(0, 0, 0, 0, 0, 0)] if query is queries.COUNTS else [])
 
 
 def test_output_formats_table_json_csv() -> None:

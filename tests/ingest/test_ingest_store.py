@@ -164,7 +164,7 @@ def test_event_view_definitions_approved_cancelled_active(ch: Any, db: str, hand
     got = {
         r[0]: r[1:]
         for r in ch.query(
-            f"SELECT event_id, outcome, approved_at IS NOT NULL, notice_s, approval_latency_s, impact_s "
+            f"SELECT event_id, outcome, approved_at IS NOT NULL, notice_s, approval_latency_s, started_to_gone_s "
             f"FROM {db}.events"
         ).result_rows
     }
