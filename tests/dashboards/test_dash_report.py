@@ -73,7 +73,14 @@ def _data(**filters: Any) -> ReportData:
     events = [
         _event("AAAA-1", "Reboot"),
         _event(
-            "BBBB-2", "Freeze", fault_domains=[1], outcome="cancelled", started_at=None, approved_at=None, started_to_gone_s=None, observed_impact_s=None
+            "BBBB-2",
+            "Freeze",
+            fault_domains=[1],
+            outcome="cancelled",
+            started_at=None,
+            approved_at=None,
+            started_to_gone_s=None,
+            observed_impact_s=None,
         ),
     ]
     lanes = [
