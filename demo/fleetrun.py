@@ -1,15 +1,19 @@
-"""A whole pipeline in one process: simulated fleet -> real collectors (threads) -> outboxes -> ingest -> chdb.
+"""A whole pipeline on one machine: simulated fleet -> real collectors -> outboxes -> ingest -> chdb.
 
-Used by ``sevents-demo``, the end-to-end test and the latency benchmark. Every part is the real one: the
-simulator serves HTTP on loopback, each collector ``Agent`` has its own state dir and polls it over HTTP,
-the ingest reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``.
+Used by ``sevents-demo``, the end-to-end tests and the latency benchmark. Every part is the real one: the
+simulator serves HTTP on loopback, each collector has its own state dir and polls it over HTTP, the ingest
+reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``. Collectors run as
+threads of this process (``Agent``), or with ``processes=True`` as ``sevents-collector run`` processes that the
+simulated VMs' real downtime is done to (``demo.processes``): paused, or killed and started with a new boot id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from collector.agent import Agent
-from collector.settings import CollectorSettings
+from collector.settings import OUTBOX_FILE, CollectorSettings
 from collector.wiring import build_agent
+from demo.processes import CollectorProcess, Downtimes, collector_process
 from ingest.clickhouse import _locked
 from ingest.errors import TargetError
 from ingest.settings import IngestSettings
@@ -38,6 +43,8 @@ class FleetRun:
     settings: IngestSettings
     poll_interval: float
     agents: list[Agent] = field(default_factory=list)
+    processes: list[CollectorProcess] = field(default_factory=list)
+    downtimes: Downtimes | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     collectors_stop: threading.Event = field(default_factory=threading.Event)
     ingest_stop: threading.Event = field(default_factory=threading.Event)
@@ -56,7 +63,11 @@ class FleetRun:
 
     def backlog(self) -> int:
         """Records waiting in the collectors' outboxes."""
-        return sum(agent.outbox.depth() for agent in self.agents)
+        return sum(agent.outbox.depth() for agent in self.agents) + sum(map(_depth, self.processes))
+
+    @property
+    def collectors(self) -> int:
+        return len(self.agents) + len(self.processes)
 
     def finish(self, settle_s: float | None = None) -> None:
         """Let collectors see the last changes, stop them, stop the live ingest and drain every outbox.
@@ -71,6 +82,7 @@ class FleetRun:
         self.collectors_stop.set()
         for thread in self.threads:
             thread.join(timeout=30)
+        self._stop_processes()
         self.ingest_stop.set()
         if self.ingest_thread is not None:
             self.ingest_thread.join(timeout=60)
@@ -91,12 +103,19 @@ class FleetRun:
                 return False
         return False
 
+    def _stop_processes(self) -> None:
+        if self.downtimes is not None:
+            self.downtimes.release()
+        for proc in self.processes:
+            proc.stop()
+
     def close(self) -> None:
         """Stop everything and release the outboxes, the simulator and the ClickHouse client (idempotent)."""
         self.collectors_stop.set()
         self.ingest_stop.set()
         for thread in self.threads:
             thread.join(timeout=30)
+        self._stop_processes()
         for agent in self.agents:
             agent.close()
         self.agents.clear()
@@ -117,8 +136,9 @@ def start(
     fresh: bool = True,
     clickhouse: str | None = None,
     database: str = "sevents",
+    processes: bool = False,
 ) -> FleetRun:
-    """Start the simulator, one collector thread per VM, and the ingest thread; returns at once.
+    """Start the simulator, one collector per VM (threads, or ``processes``), and the ingest thread; returns at once.
 
     ``clickhouse`` defaults to ``chdb://<workdir>/clickhouse``; a process can hold one chdb directory only, so
     tests pass the one they already use (with their own ``database``).
@@ -145,8 +165,10 @@ def start(
     run = FleetRun(workdir, sim, settings, poll_interval)
     try:
         sim.start()
+        if processes:
+            _start_processes(run, workdir / "collectors", heartbeat_interval)
         base = CollectorSettings()
-        for name in sim.vm_names:
+        for name in [] if processes else sim.vm_names:
             collector = dataclasses.replace(
                 base,
                 imds_url=sim.vm_base_url(name),
@@ -166,6 +188,35 @@ def start(
         run.close()
         raise
     return run
+
+
+def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float) -> None:
+    sim = run.sim
+    for name in sim.vm_names:
+        proc = collector_process(
+            name,
+            sim.vm_base_url(name),
+            root / name,
+            poll_interval=run.poll_interval,
+            heartbeat_interval=heartbeat_interval,
+        )
+        proc.start()
+        run.processes.append(proc)
+    run.downtimes = Downtimes(sim, {p.vm: p for p in run.processes})
+    downtimes = run.downtimes
+    run.threads.append(_thread(run, lambda: downtimes.run(run.collectors_stop), "downtimes"))
+
+
+def _depth(proc: CollectorProcess) -> int:
+    """Records waiting in a collector process's outbox (read only: the collector owns it)."""
+    path = proc.state_dir / OUTBOX_FILE
+    if not path.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
+            return int(db.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+    except sqlite3.Error:
+        return 0  # not created yet
 
 
 def _thread(run: FleetRun, target: Any, name: str) -> threading.Thread:

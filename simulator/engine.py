@@ -294,7 +294,14 @@ class Engine:
         """Every stretch a VM was (or is) really down that began by ``now``: each affected VM of a Started event for
         the event's ``down_s``, and the scenario's unannounced pauses. Wall seconds, never scaled by speed."""
         spans = [
-            DownSpan(vm, e.event_id, e.spec.label, e.started_at, e.started_at + timedelta(seconds=e.spec.down_s))
+            DownSpan(
+                vm,
+                e.event_id,
+                e.spec.label,
+                e.started_at,
+                e.started_at + timedelta(seconds=e.spec.down_s),
+                "pause" if e.spec.event_type == "Freeze" else "reboot",
+            )
             for e in self._events
             if e.started_at is not None and e.spec.down_s > 0
             for vm in e.resources
@@ -302,7 +309,8 @@ class Engine:
         ]
         for i, pause in enumerate(self.scenario.pauses):
             at = self._after(self.start, pause.at_s)
-            spans += [DownSpan(vm, "", f"pause-{i}", at, at + timedelta(seconds=pause.down_s)) for vm in pause.vms]
+            end = at + timedelta(seconds=pause.down_s)
+            spans += [DownSpan(vm, "", f"pause-{i}", at, end, "pause") for vm in pause.vms]
         return sorted((d for d in spans if d.began_at <= now), key=lambda d: (d.began_at, d.vm_name))
 
     def down_until(self, name: str, now: datetime) -> datetime | None:

@@ -45,6 +45,7 @@ class DownSpan:
     label: str
     began_at: datetime
     ended_at: datetime
+    how: str  # "pause" (the VM stops, its memory kept: a Freeze) or "reboot" (it restarts: Reboot, Redeploy)
 
     @property
     def down_s(self) -> float:

@@ -1,0 +1,164 @@
+"""Collectors as real processes, and the simulated VMs' real downtime done to them.
+
+A VM that is down runs nothing, its collector included: while the simulator says a VM is down (``/_sim/downtime``),
+``Downtimes`` makes that true of its collector. A pause (a Freeze, or one no event announced) stops the process
+(SIGSTOP) and continues it (SIGCONT) when the VM runs again; a reboot (Reboot, Redeploy, a host failure) kills it
+(SIGKILL), gives its VM a new boot id, and starts it again once the VM is back. The collector then measures what
+it went through, as it would on a real VM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from simulator import SimServer
+from simulator.state import DownSpan
+
+log = logging.getLogger(__name__)
+
+WATCH_S: Final = 0.02  # how often the simulator's downtime is looked at (the precision of the signals)
+BOOT_ID_FILE: Final = "boot_id"  # in each collector's state dir: the VM's boot id, as the collector reads it
+LOG_FILE: Final = "collector.log"
+
+
+@dataclass
+class CollectorProcess:
+    """One ``sevents-collector run`` process for one simulated VM."""
+
+    vm: str
+    argv: list[str]
+    state_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start it; its log goes to ``collector.log`` in its state dir."""
+        with (self.state_dir / LOG_FILE).open("ab") as log_file:
+            self.process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments, no shell
+                self.argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file
+            )
+
+    def new_boot(self) -> None:
+        """The VM rebooted: the kernel's boot id changes."""
+        (self.state_dir / BOOT_ID_FILE).write_text(str(uuid.uuid4()) + "\n", encoding="ascii")
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signum)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (continued first, should it be stopped), then wait; SIGKILL past ``timeout``."""
+        if self.process is None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def collector_process(
+    vm: str, imds_url: str, state_dir: Path, *, poll_interval: float, heartbeat_interval: float
+) -> CollectorProcess:
+    """A collector for ``vm`` with its own state dir and boot id file (not started)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "collector",
+        "run",
+        "--imds-url",
+        imds_url,
+        "--state-dir",
+        str(state_dir),
+        "--boot-id-file",
+        str(state_dir / BOOT_ID_FILE),
+        "--poll-interval",
+        str(poll_interval),
+        "--heartbeat-interval",
+        str(heartbeat_interval),
+        "--min-request-interval",
+        "0",
+        "--first-call-timeout",
+        "10",
+        "--log-level",
+        "warning",
+    ]
+    proc = CollectorProcess(vm, argv, state_dir)
+    if not (state_dir / BOOT_ID_FILE).exists():
+        proc.new_boot()
+    return proc
+
+
+@dataclass
+class Applied:
+    """One downtime done to a collector: the simulator's span, and when the process was really stopped and resumed."""
+
+    span: DownSpan
+    down_at: datetime
+    up_at: datetime | None = None
+
+
+@dataclass
+class Downtimes:
+    """Follows the simulator's downtime and does it to the collectors; ``applied`` lists what it did."""
+
+    sim: SimServer
+    collectors: dict[str, CollectorProcess]
+    applied: list[Applied] = field(default_factory=list)
+    _open: dict[tuple[str, str, datetime], Applied | None] = field(default_factory=dict)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(WATCH_S):
+            now = datetime.now(UTC)
+            for span in self.sim.downtime():
+                key = (span.vm_name, span.label, span.began_at)
+                collector = self.collectors.get(span.vm_name)
+                if collector is None:
+                    continue
+                if key not in self._open and span.ended_at <= now:  # over before it was seen: a stalled machine
+                    log.warning("VM downtime missed", extra={"vm": span.vm_name, "label": span.label})
+                    self._open[key] = None
+                elif key not in self._open:
+                    self._open[key] = self._begin(span, collector)
+                elif (applied := self._open[key]) is not None and span.ended_at <= now:
+                    self._end(applied, collector)
+                    self._open[key] = None
+
+    def _begin(self, span: DownSpan, collector: CollectorProcess) -> Applied:
+        if span.how == "reboot":
+            collector.signal(signal.SIGKILL)
+            if collector.process is not None:
+                collector.process.wait()
+            collector.new_boot()
+        else:
+            collector.signal(signal.SIGSTOP)
+        applied = Applied(span, datetime.now(UTC))
+        self.applied.append(applied)
+        log.info("VM down", extra={"vm": span.vm_name, "how": span.how, "down_s": span.down_s})
+        return applied
+
+    def _end(self, applied: Applied, collector: CollectorProcess) -> None:
+        applied.up_at = datetime.now(UTC)
+        if applied.span.how == "reboot":
+            collector.start()
+        else:
+            collector.signal(signal.SIGCONT)
+
+    def release(self) -> None:
+        """End every downtime still going on (the demo is stopping)."""
+        for (vm, _, _), applied in self._open.items():
+            if applied is not None:
+                self._end(applied, self.collectors[vm])
+        self._open.clear()
