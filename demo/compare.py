@@ -30,12 +30,12 @@ OBSERVED = {
     "ended_at": ("ended_at", max),
 }
 SPANS = {"notice_s": ("first_seen_at", "started_at"), "approval_latency_s": ("first_seen_at", "approved_at")}
-SPANS["impact_s"] = ("started_at", "ended_at")
+SPANS["started_to_gone_s"] = ("started_at", "ended_at")
 Window = tuple[float, float]  # open interval, in POSIX seconds (or seconds for a duration)
 NEEDS_NOT_BEFORE = ("not_before_first", "approved_at", "approval_latency_s")
 
 TIMES = ("first_seen_at", "not_before_first", "approved_at", "started_at", "ended_at")
-DURATIONS = ("notice_s", "approval_latency_s", "impact_s")
+DURATIONS = ("notice_s", "approval_latency_s", "started_to_gone_s")
 EXACT = ("event_type", "event_source", "description", "duration_s", "outcome", "affected_vms", "fault_domains")
 
 
@@ -81,7 +81,7 @@ def truth_events(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
         e["fault_domains"] = sorted(e["fault_domains"])
         e["notice_s"] = _span(e["first_seen_at"], e["started_at"])
         e["approval_latency_s"] = _span(e["first_seen_at"], e["approved_at"])
-        e["impact_s"] = _span(e["started_at"], e["ended_at"]) if e["ended_at"] and e["started_at"] else None
+        e["started_to_gone_s"] = _span(e["started_at"], e["ended_at"]) if e["ended_at"] and e["started_at"] else None
     return events
 
 
@@ -120,6 +120,49 @@ def compare(
             checks.append(Check(event_id, t["label"], name, a, b, ok, delta))
     for event_id in by_id.keys() - truth.keys():
         checks.append(Check(event_id, "", "event_id", event_id, None, False))
+    return checks
+
+
+def compare_downtime(
+    ours: Sequence[Mapping[str, Any]],
+    truth_rows: Iterable[Mapping[str, Any]],
+    unannounced_ours: Sequence[Mapping[str, Any]],
+    unannounced_truth: Sequence[Any],
+    tolerance_s: float,
+) -> list[Check]:
+    """Observed impact against what the simulated VMs really went through (``down_s``, wall seconds).
+
+    Per event: the longest downtime over its VMs within ``tolerance_s`` and how many VMs were hit, exactly. Per
+    pause no event announced (``DownSpan``s with no event): one measured on that VM, event-less, within tolerance.
+    """
+    hit: dict[str, list[float]] = {}
+    labels: dict[str, str] = {}
+    for row in truth_rows:
+        labels[row["event_id"]] = row.get("label", "")
+        downs = hit.setdefault(row["event_id"], [])
+        if row.get("down_s") is not None:
+            downs.append(float(row["down_s"]))
+    by_id = {row["event_id"]: row for row in ours}
+    checks: list[Check] = []
+    for event_id, downs in hit.items():
+        mine = by_id.get(event_id, {})
+        truth_max = max(downs, default=None)
+        observed = mine.get("observed_impact_s")
+        if observed is None or truth_max is None:
+            ok, delta = observed is None and truth_max is None, None
+        else:
+            delta = float(observed) - truth_max
+            ok = abs(delta) <= tolerance_s
+        checks.append(Check(event_id, labels[event_id], "observed_impact_s", observed, truth_max, ok, delta))
+        count = mine.get("impacted_vms", 0)
+        checks.append(Check(event_id, labels[event_id], "impacted_vms", count, len(downs), count == len(downs)))
+    for span in unannounced_truth:
+        found = [r for r in unannounced_ours if r["vm_name"] == span.vm_name]
+        closest = min(found, key=lambda r: abs(r["duration_s"] - span.down_s), default=None)
+        seconds = None if closest is None else closest["duration_s"]
+        delta = None if seconds is None else seconds - span.down_s
+        ok = delta is not None and abs(delta) <= tolerance_s
+        checks.append(Check("", f"{span.label} {span.vm_name}", "unannounced_s", seconds, span.down_s, ok, delta))
     return checks
 
 
@@ -168,7 +211,7 @@ def _around(answers: Sequence[float], moment: float) -> Window:
 
 
 def fault_domain_truth(truth_rows: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Per fault domain, over affected (event, VM) pairs: events, mean approval latency and impact."""
+    """Per fault domain, over affected (event, VM) pairs: events, mean approval latency and real downtime."""
     acc: dict[int, dict[str, list[float] | set[str]]] = {}
     for row in truth_rows:
         if row["vm_name"] not in row["resources"] or row["fault_domain"] is None:
@@ -181,13 +224,13 @@ def fault_domain_truth(truth_rows: Iterable[Mapping[str, Any]]) -> dict[int, dic
         assert isinstance(latency, list) and isinstance(impact, list)
         if row["approved_at"] is not None:
             latency.append(_span(row["first_visible_at"], row["approved_at"]) or 0.0)
-        if row["started_at"] is not None and row["ended_at"] is not None and row["outcome"] == "completed":
-            impact.append(_span(row["started_at"], row["ended_at"]) or 0.0)
+        if row.get("down_s") is not None:
+            impact.append(float(row["down_s"]))
     return {
         fd: {
             "events": len(v["events"]),
             "avg_approval_latency_s": _mean(v["latency"]),
-            "avg_impact_s": _mean(v["impact"]),
+            "avg_observed_impact_s": _mean(v["impact"]),
         }
         for fd, v in sorted(acc.items())
     }
