@@ -64,8 +64,70 @@ def since(ids: str, view: str = "events", db: str = "") -> str:
     )
 
 
+# Fault and update domain numbers mean something only inside one availability set or scale set, so every
+# per-domain figure groups by the set as well. A scale set is named by its VMs' instance metadata. IMDS does
+# not name an availability set, but Azure tells every VM of one the same events: the VMs (outside scale sets)
+# that observed an event are that event's set. Its label is the longest common prefix of their names without
+# trailing digits or separators ("web-0".."web-11" -> "web"); a VM observing alone (a standalone VM) is its
+# own set and keeps its name, as do members that share no prefix (the first name). Its identity is the
+# smallest vm_id among them: two sets whose labels coincide still never add up, at worst one set splits in two
+# when its first VM missed an event.
+SET_FIRST, SET_LAST = "set_first_", "set_last_"
+_COMMON = f"least(length({SET_FIRST}), length({SET_LAST}))"
+_DIFFER = f"arrayFirstIndex(i -> substring({SET_FIRST}, i, 1) != substring({SET_LAST}, i, 1), range(1, {_COMMON} + 1))"
+# min and max of the names bound the common prefix of them all
+STEM = f"trim(TRAILING '0123456789-_.' FROM substring({SET_FIRST}, 1, if({_DIFFER} = 0, {_COMMON}, {_DIFFER} - 1)))"
+FAULT_SET = f"multiIf(scale_set != '', scale_set, set_vms_ = 1 OR {STEM} = '', {SET_FIRST}, {STEM})"
+
+
+def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
+    """SQL for the label of a domain inside its set: ``web / FD 1`` (``?`` when the VM reported none)."""
+    return f"concat({fault_set}, ' / {kind} ', ifNull(toString({number}), '?'))"
+
+
+def scoped(ids: str, db: str = "") -> str:
+    """``event_vms`` of the events ``ids`` selects (like ``since``), each VM with the set its domains belong to.
+
+    Adds ``fault_set`` (label), ``fault_set_id`` (identity: group by it), ``fault_domain_label`` and
+    ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
+    the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
+    """
+    window = (
+        f"SELECT *, min(vm_name) OVER w AS {SET_FIRST}, max(vm_name) OVER w AS {SET_LAST}, "
+        "min(vm_id) OVER w AS set_key_, count() OVER w AS set_vms_ "
+        f"FROM {since(ids, 'event_vms', db)} WINDOW w AS (PARTITION BY event_id, scale_set)"
+    )
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, set_key_, set_vms_), {FAULT_SET} AS fault_set, "
+        "if(scale_set != '', scale_set, set_key_) AS fault_set_id, "
+        f"{domain_label('fault_set', 'fault_domain')} AS fault_domain_label, "
+        f"{domain_label('fault_set', 'update_domain', 'UD')} AS update_domain_label FROM ({window}))"
+    )
+
+
+def _labels(kind: str, column: str) -> str:
+    # sorted by (set, number), so FD 10 follows FD 9
+    pairs = f"arraySort(groupUniqArrayIf((fault_set, {column}), affects_this_vm))"
+    return f"arrayMap(p -> {domain_label('p.1', 'p.2', kind)}, {pairs})"
+
+
+def scoped_events(ids: str, db: str = "") -> str:
+    """``events`` of the events ``ids`` selects (like ``since``), with the sets of the VMs each affects.
+
+    Adds ``fault_sets`` and the set-scoped ``fault_domain_labels`` and ``update_domain_labels`` beside the bare
+    ``fault_domains`` and ``update_domains`` (an event reaches one set, so those never mix sets, but say none).
+    """
+    per_event = (
+        "SELECT event_id, arraySort(groupUniqArrayIf(fault_set, affects_this_vm)) AS fault_sets, "
+        f"{_labels('FD', 'fault_domain')} AS fault_domain_labels, "
+        f"{_labels('UD', 'update_domain')} AS update_domain_labels "
+        f"FROM {scoped(ids, db)} GROUP BY event_id"
+    )
+    return f"(SELECT * FROM {since(ids, 'events', db)} AS e LEFT JOIN ({per_event}) AS s USING (event_id))"
+
+
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS)} "
+    f"FROM {scoped_events(WINDOW_IDS)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -95,9 +157,10 @@ EVENT_SUMMARY = Query(
     """
 SELECT event_id, event_type, event_source, description, duration_s, outcome, first_seen_at, not_before_first,
        not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s,
-       affected_vm_count, observing_vms, fault_domains, update_domains, anomalies
+       affected_vm_count, observing_vms, fault_domains, update_domains, fault_sets, fault_domain_labels,
+       update_domain_labels, anomalies
 FROM """
-    + since(ONE_ID)
+    + scoped_events(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
 """,
@@ -106,9 +169,9 @@ WHERE event_id = {event_id:String}
 
 EVENT_BY_FAULT_DOMAIN = Query(
     "event_by_fault_domain",
-    "Everything an event touched, per fault domain",
+    "Everything an event touched, per fault domain of its set",
     """
-SELECT fault_domain,
+SELECT fault_set, fault_domain, fault_domain_label,
        countIf(affects_this_vm) AS affected_vms,
        count() AS observing_vms,
        arrayStringConcat(arraySort(groupArrayIf(vm_name, affects_this_vm)), ' ') AS affected,
@@ -120,11 +183,11 @@ SELECT fault_domain,
           dateDiff('millisecond', first_started, last_ended) / 1000) AS impact_s,
        arrayStringConcat(arraySort(groupUniqArray(outcome)), ',') AS outcomes
 FROM """
-    + since(ONE_ID, "event_vms")
+    + scoped(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
-GROUP BY fault_domain
-ORDER BY fault_domain
+GROUP BY fault_set_id, fault_set, fault_domain, fault_domain_label
+ORDER BY fault_set, fault_domain
 """,
     {"event_id": "String"},
 )
@@ -133,15 +196,15 @@ EVENT_VMS = Query(
     "event_vms",
     "Everything an event touched, per VM",
     """
-SELECT fault_domain, update_domain, vm_name, vm_id, affects_this_vm, outcome, first_seen_at, approved_at,
-       started_at, ended_at,
+SELECT fault_set, fault_domain, update_domain, fault_domain_label, update_domain_label, vm_name, vm_id,
+       affects_this_vm, outcome, first_seen_at, approved_at, started_at, ended_at,
        if(started_at IS NULL OR ended_at IS NULL, NULL, dateDiff('millisecond', started_at, ended_at) / 1000)
            AS impact_s
 FROM """
-    + since(ONE_ID, "event_vms")
+    + scoped(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
-ORDER BY fault_domain, update_domain, vm_name
+ORDER BY fault_set, fault_domain, update_domain, vm_name
 """,
     {"event_id": "String"},
 )
@@ -151,7 +214,7 @@ DISRUPTIVE_EVENTS = Query(
     "Reboot and Redeploy events in a window, with approval latency and impact",
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
-       approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains
+       approval_latency_s, notice_s, impact_s, affected_vm_count, fault_domains, fault_sets, fault_domain_labels
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -181,7 +244,8 @@ EVENTS_IN_WINDOW = Query(
     """
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, impact_s, affected_vm_count,
-       affected_vms, fault_domains, update_domains, duration_s, description
+       affected_vms, fault_domains, update_domains, fault_sets, fault_domain_labels, update_domain_labels,
+       duration_s, description
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -192,9 +256,11 @@ ORDER BY first_seen_at, event_id
 
 FAULT_DOMAIN_SUMMARY = Query(
     "fault_domain_summary",
-    "Approval latency and impact per fault domain (affected VMs of events first seen in a window)",
+    "Approval latency and impact per fault domain of each set (affected VMs of events first seen in a window)",
     """
-SELECT v.fault_domain AS fault_domain,
+SELECT v.fault_set AS fault_set,
+       v.fault_domain AS fault_domain,
+       v.fault_domain_label AS fault_domain_label,
        uniqExact(v.event_id) AS events,
        uniqExact(v.vm_id) AS vms,
        countIf(v.outcome = 'completed') AS completed,
@@ -205,7 +271,7 @@ SELECT v.fault_domain AS fault_domain,
        avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_impact_s,
        maxOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS max_impact_s
 FROM """
-    + since(WINDOW_IDS, "event_vms")
+    + scoped(WINDOW_IDS)
     + """ AS v
 INNER JOIN
 (
@@ -215,8 +281,8 @@ INNER JOIN
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
-GROUP BY fault_domain
-ORDER BY fault_domain
+GROUP BY v.fault_set_id, fault_set, fault_domain, fault_domain_label
+ORDER BY fault_set, fault_domain
 """,
     {"since": "DateTime64", "until": "DateTime64"},
 )
