@@ -1,4 +1,4 @@
-"""Impact: how long VMs were impacted, per fault domain and per event, announced versus observed."""
+"""Impact: how long VMs were impacted, per fault domain of each set and per event, announced versus observed."""
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
 # ruff: noqa: S608
@@ -11,7 +11,8 @@ from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
-PAIRS = f.since(f.OVERLAPPING_IDS, "event_vms")
+# every pair with the set its fault domain belongs to: figures group by (set, domain), never the bare number
+PAIRS = f.scoped(f.OVERLAPPING_IDS)
 VM_IMPACT = "dateDiff('millisecond', started_at, ended_at) / 1000"
 
 
@@ -24,23 +25,26 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Impact per fault domain",
             "barchart",
-            "SELECT concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
+            "SELECT fault_domain_label AS fault_domain, "
             "uniqExact(event_id) AS events, uniqExact(vm_id) AS vms, "
             f"round(avg({VM_IMPACT}), 3) AS avg_impact_s, round(max({VM_IMPACT}), 3) AS max_impact_s, "
             f"round(sum({VM_IMPACT}), 3) AS total_impact_s FROM {PAIRS} WHERE {done_on_vm} "
-            "GROUP BY fault_domain ORDER BY fault_domain",
+            "GROUP BY fault_set_id, fault_set, fault_domain, fault_domain_label "
+            "ORDER BY fault_set, fault_domain, fault_set_id",
             width=12,
             unit="s",
-            description="Per affected VM: Started to gone. Summed over the VMs of each fault domain.",
+            description="Per affected VM: Started to gone. Summed over the VMs of each fault domain of each set "
+            "(scale set, or the availability set: the VMs that observe the same events), labelled 'set / FD n'.",
             options={"xField": "fault_domain", "showValue": "auto"},
         ),
         g.Panel(
             "Impact over time by fault domain",
             "timeseries",
             "SELECT $__timeInterval(assumeNotNull(started_at)) AS time, "
-            "concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
+            "fault_domain_label AS fault_domain, "
             f"round(sum({VM_IMPACT}), 3) AS impact_s FROM {PAIRS} "
-            f"WHERE {done_on_vm} AND $__timeFilter(started_at) GROUP BY time, fault_domain ORDER BY time",
+            f"WHERE {done_on_vm} AND $__timeFilter(started_at) "
+            "GROUP BY time, fault_set_id, fault_domain_label ORDER BY time, fault_domain",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             unit="s",
@@ -52,9 +56,10 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, started_at, ended_at, "
             "duration_s AS announced_s, impact_s AS observed_s, "
             "if(duration_s IS NULL OR duration_s < 0 OR impact_s IS NULL, NULL, impact_s - duration_s) "
-            f"AS overrun_s, affected_vm_count AS affected, {f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {f.since(f.OVERLAPPING_IDS)} WHERE started_at IS NOT NULL AND {f.overlapping_range('started_at')} "
-            f"AND {f.event_filter()} ORDER BY started_at DESC, event_id LIMIT 1000",
+            f"AS overrun_s, affected_vm_count AS affected, {f.fmt_list('fault_domain_labels')} AS fault_domains "
+            f"FROM {f.scoped_events(f.OVERLAPPING_IDS)} WHERE started_at IS NOT NULL "
+            f"AND {f.overlapping_range('started_at')} AND {f.event_filter()} "
+            "ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
             description="Announced: DurationInSeconds (-1 unknown, empty before API 2020-07-01). "
@@ -70,6 +75,7 @@ def build() -> dict[str, Any]:
         "Impact",
         panels(),
         f.variables(),
-        description="Impact duration per fault domain and per event; announced DurationInSeconds vs observed.",
+        description="Impact duration per fault domain of each set and per event; "
+        "announced DurationInSeconds vs observed.",
         time_from="now-7d",
     )
