@@ -102,6 +102,14 @@ def scoped(ids: str) -> str:
     return queries.scoped(ids, f"{DB}.")
 
 
+def domain_groups(ids: str, keep: str, partials: str, keys: tuple[str, ...] = ()) -> str:
+    """One row per (event, set, fault domain[, keys]) with ``partials`` over the pairs ``keep`` selects.
+
+    For per-domain figures over a range: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
+    """
+    return queries.domain_groups(ids, keep, partials, f"{DB}.", keys=keys)
+
+
 def scoped_events(ids: str) -> str:
     """``events`` like ``since``, with ``fault_sets`` and ``fault_domain_labels`` of the affected VMs."""
     return queries.scoped_events(ids, f"{DB}.")

@@ -11,9 +11,17 @@ from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
-# every pair with the set its fault domain belongs to: figures group by (set, domain), never the bare number
-PAIRS = f.scoped(f.OVERLAPPING_IDS)
 VM_IMPACT = "dateDiff('millisecond', started_at, ended_at) / 1000"
+TIME = ("$__timeInterval(assumeNotNull(started_at)) AS time",)
+
+
+def _per_domain(done: str, keys: tuple[str, ...] = ()) -> str:
+    # one row per (event, set, FD): figures then group by (set, domain), never by the bare number
+    partials = (
+        f"uniqExactStateIf(vm_id, {done}) AS vms_, sumIf({VM_IMPACT}, {done}) AS impact_, "
+        f"maxIf({VM_IMPACT}, {done}) AS max_"
+    )
+    return f.domain_groups(f.OVERLAPPING_IDS, done, partials, keys)
 
 
 def panels() -> list[g.Panel | g.Row]:
@@ -25,12 +33,10 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Impact per fault domain",
             "barchart",
-            "SELECT fault_domain_label AS fault_domain, "
-            "uniqExact(event_id) AS events, uniqExact(vm_id) AS vms, "
-            f"round(avg({VM_IMPACT}), 3) AS avg_impact_s, round(max({VM_IMPACT}), 3) AS max_impact_s, "
-            f"round(sum({VM_IMPACT}), 3) AS total_impact_s FROM {PAIRS} WHERE {done_on_vm} "
-            "GROUP BY fault_set_id, fault_set, fault_domain, fault_domain_label "
-            "ORDER BY fault_set, fault_domain, fault_set_id",
+            "SELECT domain_label AS fault_domain, count() AS events, uniqExactMerge(vms_) AS vms, "
+            "round(sum(impact_) / sum(kept_), 3) AS avg_impact_s, round(max(max_), 3) AS max_impact_s, "
+            f"round(sum(impact_), 3) AS total_impact_s FROM {_per_domain(done_on_vm)} "
+            "GROUP BY fault_set_id, fault_set, domain_, domain_label ORDER BY fault_set, domain_, fault_set_id",
             width=12,
             unit="s",
             description="Per affected VM: Started to gone. Summed over the VMs of each fault domain of each set "
@@ -40,11 +46,9 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Impact over time by fault domain",
             "timeseries",
-            "SELECT $__timeInterval(assumeNotNull(started_at)) AS time, "
-            "fault_domain_label AS fault_domain, "
-            f"round(sum({VM_IMPACT}), 3) AS impact_s FROM {PAIRS} "
-            f"WHERE {done_on_vm} AND $__timeFilter(started_at) "
-            "GROUP BY time, fault_set_id, fault_domain_label ORDER BY time, fault_domain",
+            "SELECT time, domain_label AS fault_domain, round(sum(impact_), 3) AS impact_s "
+            f"FROM {_per_domain(done_on_vm + ' AND $__timeFilter(started_at)', TIME)} "
+            "GROUP BY time, fault_set_id, domain_label ORDER BY time, fault_domain",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             unit="s",

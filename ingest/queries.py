@@ -49,7 +49,7 @@ WINDOW_IDS = (
 ONE_ID = "SELECT {event_id:String}"
 
 
-def since(ids: str, view: str = "events", db: str = "") -> str:
+def since(ids: str, view: str = "events", db: str = "", columns: str = "*") -> str:
     """``events`` or ``event_vms`` restricted to the events ``ids`` selects, read from their first day on.
 
     A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
@@ -60,7 +60,8 @@ def since(ids: str, view: str = "events", db: str = "") -> str:
         f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup WHERE event_id IN ({ids})"
     )
     return (
-        f"(WITH ({picked}) AS picked SELECT * FROM {db}{view}_since(since_day = picked.2) WHERE event_id IN picked.1)"
+        f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) "
+        "WHERE event_id IN picked.1)"
     )
 
 
@@ -72,12 +73,26 @@ def since(ids: str, view: str = "events", db: str = "") -> str:
 # own set and keeps its name, as do members that share no prefix (the first name). Its identity is the
 # smallest vm_id among them: two sets whose labels coincide still never add up, at worst one set splits in two
 # when its first VM missed an event.
-SET_FIRST, SET_LAST = "set_first_", "set_last_"
-_COMMON = f"least(length({SET_FIRST}), length({SET_LAST}))"
-_DIFFER = f"arrayFirstIndex(i -> substring({SET_FIRST}, i, 1) != substring({SET_LAST}, i, 1), range(1, {_COMMON} + 1))"
-# min and max of the names bound the common prefix of them all
-STEM = f"trim(TRAILING '0123456789-_.' FROM substring({SET_FIRST}, 1, if({_DIFFER} = 0, {_COMMON}, {_DIFFER} - 1)))"
-FAULT_SET = f"multiIf(scale_set != '', scale_set, set_vms_ = 1 OR {STEM} = '', {SET_FIRST}, {STEM})"
+SET_FIRST, SET_LAST, SET_KEY = "set_first_", "set_last_", "set_key_"
+
+
+def _fixed(name: str) -> str:
+    return f"toFixedString(substring({name}, 1, 64), 64)"
+
+
+def set_label(first: str, last: str) -> str:
+    """SQL for an availability set's label from the smallest and the largest name of its VMs.
+
+    Their common prefix is that of all the names. Its length is the count of leading zero bytes in the two
+    names XORed as FixedString (VM names have at most 64 characters; the string form drops trailing zeros, so
+    equal names XOR to ''): bytewise, no lambda per row. Defines the aliases set_xor_ and set_stem_.
+    """
+    common = f"least(length({first}), length({last}))"
+    leading_zeros = "toUInt64(length(set_xor_) - length(trimLeft(set_xor_, '\\0')))"
+    xor = f"toString(bitXor({_fixed(first)}, {_fixed(last)}))"
+    same = f"if(({xor} AS set_xor_) = '', {common}, least({leading_zeros}, {common}))"
+    stem = f"trim(TRAILING '0123456789-_.' FROM substring({first}, 1, {same}))"
+    return f"if({first} = {last} OR ({stem} AS set_stem_) = '', {first}, set_stem_)"
 
 
 def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
@@ -92,23 +107,58 @@ def scoped(ids: str, db: str = "") -> str:
     ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
     the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
     """
+    outside = "scale_set = ''"  # the availability set (or standalone VM) of the event: its VMs outside scale sets
     window = (
-        f"SELECT *, min(vm_name) OVER w AS {SET_FIRST}, max(vm_name) OVER w AS {SET_LAST}, "
-        "min(vm_id) OVER w AS set_key_, count() OVER w AS set_vms_ "
-        f"FROM {since(ids, 'event_vms', db)} WINDOW w AS (PARTITION BY event_id, scale_set)"
+        f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
+        f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
+        f"FROM {since(ids, 'event_vms', db)} WINDOW w AS (PARTITION BY event_id)"
     )
     return (
-        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, set_key_, set_vms_), {FAULT_SET} AS fault_set, "
-        "if(scale_set != '', scale_set, set_key_) AS fault_set_id, "
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
+        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
         f"{domain_label('fault_set', 'fault_domain')} AS fault_domain_label, "
         f"{domain_label('fault_set', 'update_domain', 'UD')} AS update_domain_label FROM ({window}))"
     )
 
 
+def domain_groups(
+    ids: str, keep: str, partials: str, db: str = "", domain: str = "fault_domain", keys: tuple[str, ...] = ()
+) -> str:
+    """Per-domain figures without a window over every pair: one row per (event, set, domain[, ``keys``]).
+
+    ``partials`` are aggregates (states or sums, each with the condition ``keep``) over the pairs of the events
+    ``ids`` selects; the set of each row is found from its event's few rows, then the caller aggregates by
+    ``fault_set_id`` and ``domain_`` (labels: ``fault_set``, ``domain_label``). Rows with no pair ``keep``
+    selects are left out. ``keys`` are more grouping expressions (``expr AS alias``); the caller groups by their
+    aliases too.
+    """
+    extra = "".join(f", {key}" for key in keys)
+    aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
+    # min and max name over every observer, kept or not: the set is all of them
+    first = (
+        f"SELECT event_id, scale_set, {domain} AS domain_{extra}, min(vm_name) AS first_, max(vm_name) AS last_, "
+        f"min(vm_id) AS key_, countIf({keep}) AS kept_, {partials} "
+        f"FROM {since(ids, 'event_vms', db)} GROUP BY event_id, scale_set, domain_{aliases}"
+    )
+    outside = "scale_set = ''"
+    window = (
+        f"SELECT *, minIf(first_, {outside}) OVER w AS {SET_FIRST}, maxIf(last_, {outside}) OVER w AS {SET_LAST}, "
+        f"minIf(key_, {outside}) OVER w AS {SET_KEY} FROM ({first}) WINDOW w AS (PARTITION BY event_id)"
+    )
+    kind = "UD" if domain == "update_domain" else "FD"
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}, first_, last_, key_), "
+        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'domain_', kind)} AS domain_label FROM ({window}) WHERE kept_ > 0)"
+    )
+
+
 def _labels(kind: str, column: str) -> str:
-    # sorted by (set, number), so FD 10 follows FD 9
-    pairs = f"arraySort(groupUniqArrayIf((fault_set, {column}), affects_this_vm))"
-    return f"arrayMap(p -> {domain_label('p.1', 'p.2', kind)}, {pairs})"
+    # (set, number) of the affected VMs, sorted by set label then number, so FD 10 follows FD 9
+    pairs = f"arrayMap(p -> (if(p.1 != '', p.1, set_), p.2), groupUniqArrayIf((scale_set, {column}), affects_this_vm))"
+    return f"arrayMap(p -> {domain_label('p.1', 'p.2', kind)}, arraySort({pairs}))"
 
 
 def scoped_events(ids: str, db: str = "") -> str:
@@ -116,14 +166,23 @@ def scoped_events(ids: str, db: str = "") -> str:
 
     Adds ``fault_sets`` and the set-scoped ``fault_domain_labels`` and ``update_domain_labels`` beside the bare
     ``fault_domains`` and ``update_domains`` (an event reaches one set, so those never mix sets, but say none).
+    Per event, not per pair: the few columns it needs are aggregated once, without the window of ``scoped``.
     """
+    columns = "event_id, vm_name, scale_set, fault_domain, update_domain, affects_this_vm"
     per_event = (
-        "SELECT event_id, arraySort(groupUniqArrayIf(fault_set, affects_this_vm)) AS fault_sets, "
-        f"{_labels('FD', 'fault_domain')} AS fault_domain_labels, "
+        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, "
+        f"maxIf(vm_name, scale_set = '') AS {SET_LAST}, "
+        f"{set_label(SET_FIRST, SET_LAST)} AS set_, "
+        "arraySort(arrayDistinct(arrayMap(x -> if(x != '', x, set_), groupUniqArrayIf(scale_set, affects_this_vm)))) "
+        f"AS fault_sets, {_labels('FD', 'fault_domain')} AS fault_domain_labels, "
         f"{_labels('UD', 'update_domain')} AS update_domain_labels "
-        f"FROM {scoped(ids, db)} GROUP BY event_id"
+        f"FROM {since(ids, 'event_vms', db, columns)} GROUP BY event_id"
     )
-    return f"(SELECT * FROM {since(ids, 'events', db)} AS e LEFT JOIN ({per_event}) AS s USING (event_id))"
+    labels = "fault_sets, fault_domain_labels, update_domain_labels"
+    return (
+        f"(SELECT * FROM {since(ids, 'events', db)} AS e "
+        f"LEFT JOIN (SELECT event_id, {labels} FROM ({per_event})) AS s USING (event_id))"
+    )
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (

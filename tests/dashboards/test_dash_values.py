@@ -170,6 +170,15 @@ def test_impact_panels(seeded: Seeded, everything: dict[str, Selection]) -> None
             assert abs(row["observed_s"] - (t["ended_at"] - t["started_at"]).total_seconds()) <= 1.0
 
 
+def test_impact_per_fault_domain_keeps_the_set_when_one_vm_is_picked(seeded: Seeded) -> None:
+    """Picking web-0 leaves one row, labelled by web-0's set ("web / FD 0"), not by web-0 alone."""
+    chosen = selections(_options(seeded), vm=("web-0",))
+    rows = _run(seeded, "sevents-impact", "Impact per fault domain", chosen).dicts()
+    done = [t for t in _affected(seeded) if t["vm_name"] == "web-0" and t["ended_at"] and t["started_at"]]
+    assert [r["fault_domain"] for r in rows] == ["web / FD 0"]
+    assert rows[0]["events"] == len(done) and rows[0]["vms"] == 1
+
+
 def test_pipeline_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
     """Heartbeat ages cover every VM, lag is small and positive, the poison record shows as a dead letter."""
     ages = _run(seeded, "sevents-pipeline", "Heartbeat age", everything).dicts()
