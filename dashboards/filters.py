@@ -110,6 +110,11 @@ def domain_groups(ids: str, keep: str, partials: str, keys: tuple[str, ...] = ()
     return queries.domain_groups(ids, keep, partials, f"{DB}.", keys=keys)
 
 
+def event_sets(ids: str) -> str:
+    """Per event: ``availability_set`` (join by ``event_id``; a row's set: scale_set, else that)."""
+    return queries.event_sets(ids, f"{DB}.")
+
+
 def scoped_events(ids: str) -> str:
     """``events`` like ``since``, with ``fault_sets`` and ``fault_domain_labels`` of the affected VMs."""
     return queries.scoped_events(ids, f"{DB}.")

@@ -30,9 +30,12 @@ THE_EVENT = "decodeURLComponent('${event_id:percentencode}')"
 ONE_EVENT = f"event_id = {THE_EVENT}"
 # the drill-down's event, read from its own first day on, each VM with its set
 ITS_VMS = f.scoped(f"SELECT {THE_EVENT}")
-# the pairs of the events that overlap the range, with their sets: what names a lane ("web / FD 1 / web-4 / ...")
-PAIRS = f.scoped(f.OVERLAPPING_IDS)
-LANE = "concat(fault_domain_label, ' / ', vm_name, ' / ', substring(event_id, 1, 8))"
+# a lane is named by the VM's fault domain inside its set: "web / FD 1 / web-4 / 1a2b3c4d"
+LANE = (
+    "concat(if(scale_set != '', scale_set, availability_set), ' / FD ', ifNull(toString(fault_domain), '?'), "
+    "' / ', vm_name, ' / ', substring(event_id, 1, 8))"
+)
+LANE_COLUMNS = "event_id, scale_set, fault_domain, vm_name"
 STATE = (
     f"multiIf(kind = 'disappeared', {GONE}, status = 'Started', {STARTED}, status = 'Scheduled', {SCHEDULED}, {GONE})"
 )
@@ -47,12 +50,12 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "VM state by fault domain",
             "state-timeline",
-            f"SELECT time, vm, state FROM (SELECT observed_at AS time, {LANE} AS vm, {STATE} AS state "
-            f"FROM {DB}.transitions_by_time FINAL INNER JOIN (SELECT event_id, vm_id, fault_domain_label "
-            f"FROM {PAIRS}) AS s USING (event_id, vm_id) WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
-            f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE} AS vm, "
-            f"{at_start} AS state FROM {PAIRS} WHERE {f.overlapping_range()} "
-            f"AND first_seen_at < $__fromTime AND {lanes}) ORDER BY time, vm",
+            f"SELECT time, {LANE} AS vm, state FROM (SELECT observed_at AS time, {LANE_COLUMNS}, {STATE} AS state "
+            f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
+            f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE_COLUMNS}, "
+            f"{at_start} AS state FROM {f.since(f.OVERLAPPING_IDS, 'event_vms')} WHERE {f.overlapping_range()} "
+            f"AND first_seen_at < $__fromTime AND {lanes}) AS l INNER JOIN {f.event_sets(f.OVERLAPPING_IDS)} AS s "
+            "USING (event_id) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,
             width=24,
             height=12,

@@ -155,6 +155,19 @@ def domain_groups(
     )
 
 
+def event_sets(ids: str, db: str = "") -> str:
+    """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
+
+    For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
+    is ``if(scale_set != '', scale_set, availability_set)``, found with two names read per pair, no window.
+    """
+    names = (
+        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, maxIf(vm_name, scale_set = '') AS {SET_LAST} "
+        f"FROM {since(ids, 'event_vms', db, 'event_id, vm_name, scale_set')} GROUP BY event_id"
+    )
+    return f"(SELECT event_id, {set_label(SET_FIRST, SET_LAST)} AS availability_set FROM ({names}))"
+
+
 def _labels(kind: str, column: str) -> str:
     # (set, number) of the affected VMs, sorted by set label then number, so FD 10 follows FD 9
     pairs = f"arrayMap(p -> (if(p.1 != '', p.1, set_), p.2), groupUniqArrayIf((scale_set, {column}), affects_this_vm))"
