@@ -21,6 +21,8 @@ FLEET = {
     **{f"api-{i}": (i, i, "") for i in range(3)},
     **{f"pool_{i}": (i, i, "pool") for i in range(2)},
     "solo": (0, 0, ""),
+    # two availability sets whose names share a stem: both are labelled "twin", and still never add up
+    **{f"twin-{i}": (i % 2, 0, "") for i in range(4)},
 }
 # EventId -> (observing VMs: the whole set, affected VMs, hours after BASE)
 EVENTS = {
@@ -28,6 +30,8 @@ EVENTS = {
     "E-api": (["api-0", "api-1", "api-2"], ["api-0", "api-1"], 1),
     "E-pool": (["pool_0", "pool_1"], ["pool_0"], 2),
     "E-solo": (["solo"], ["solo"], 3),
+    "E-twin-a": (["twin-0", "twin-1"], ["twin-0"], 4),
+    "E-twin-b": (["twin-2", "twin-3"], ["twin-2"], 5),
 }
 
 
@@ -65,7 +69,7 @@ def _stored(handler: Handler) -> None:
 
 
 def test_fault_domain_summary_keeps_each_set_apart(ch: Any, db: str, handler: Handler) -> None:
-    """FD 0 of web, of api, of a scale set and of a standalone VM are four rows, not one of four events."""
+    """FD 0 of web, api, a scale set, a standalone VM and two sets both labelled twin: six rows, not one."""
     _stored(handler)
     rows = queries.run(ch, queries.FAULT_DOMAIN_SUMMARY, db, **WINDOW).dicts()
     assert [(r["fault_set"], r["fault_domain"], r["events"], r["vms"]) for r in rows] == [
@@ -73,6 +77,8 @@ def test_fault_domain_summary_keeps_each_set_apart(ch: Any, db: str, handler: Ha
         ("api", 1, 1, 1),
         ("pool", 0, 1, 1),
         ("solo", 0, 1, 1),
+        ("twin", 0, 1, 1),
+        ("twin", 0, 1, 1),
         ("web", 0, 1, 1),
     ]
     assert [r["fault_domain_label"] for r in rows] == [
@@ -80,6 +86,8 @@ def test_fault_domain_summary_keeps_each_set_apart(ch: Any, db: str, handler: Ha
         "api / FD 1",
         "pool / FD 0",
         "solo / FD 0",
+        "twin / FD 0",
+        "twin / FD 0",
         "web / FD 0",
     ]
     assert all(r["avg_impact_s"] == 30.0 for r in rows)
@@ -136,3 +144,23 @@ def test_set_label_rule(ch: Any) -> None:
     for names, label in cases:
         found = ch.query(sql, parameters={"a": min(names), "b": max(names)}).result_rows
         assert found == [(label,)], names
+
+
+def test_domain_groups_for_range_panels_keep_each_set_apart(ch: Any, db: str, handler: Handler) -> None:
+    """The per-(event, set, domain) rows the impact panels sum: twin sets stay two groups, unaffected VMs count."""
+    _stored(handler)
+    ch.database = db
+    groups = queries.domain_groups("SELECT event_id FROM event_rollup", "affects_this_vm", "count() AS pairs_")
+    sql = (
+        f"SELECT fault_set, domain_label, count() AS events, sum(kept_) AS affected FROM {groups} "
+        "GROUP BY fault_set_id, fault_set, domain_label ORDER BY fault_set, domain_label, fault_set_id"
+    )
+    assert ch.query(sql).result_rows == [
+        ("api", "api / FD 0", 1, 1),
+        ("api", "api / FD 1", 1, 1),
+        ("pool", "pool / FD 0", 1, 1),
+        ("solo", "solo / FD 0", 1, 1),
+        ("twin", "twin / FD 0", 1, 1),
+        ("twin", "twin / FD 0", 1, 1),
+        ("web", "web / FD 0", 1, 1),
+    ]
