@@ -4,7 +4,7 @@ Each rule's query returns a table; Grafana turns every row into one alert instan
 into labels and its one numeric column into the value the threshold compares. An instance is notified anew
 whenever its label set is new, so the maintenance rules label an event with what identifies it only (EventId
 and type): a status change, a NotBefore update or one more VM reporting never pages again. What changes
-(status, NotBefore, how many VMs and fault domains) reaches the notification through ``$values``: one more
+(status, NotBefore, how many VMs, fault domains and sets) reaches the notification through ``$values``: one more
 query per figure, each reduced, matched to the instance by the same labels. Alert queries read the active
 set only (``active_events``), never the history, and run in the backend: no template variables and no
 ``$__conditionalAll`` (a frontend macro) here.
@@ -29,7 +29,11 @@ EVENT_FIGURES: Final = (
     ("status", "if(started_at IS NULL, 1, 2)"),  # 1 Scheduled, 2 Started
     ("not_before", "toFloat64(ifNull(toUnixTimestamp(not_before_last), 0))"),  # 0 when IMDS shows none
     ("vms", "toFloat64(affected_vm_count)"),
-    ("fault_domains", "toFloat64(length(fault_domains))"),
+)
+# Figures that need the set of each affected VM: a fault domain counts once per set it belongs to.
+SET_FIGURES: Final = (
+    ("fault_domains", "toFloat64(length(fault_domain_labels))"),
+    ("sets", "toFloat64(length(fault_sets))"),
 )
 
 
@@ -53,9 +57,10 @@ class Rule:
     description: str = ""
 
 
-def _active_events(types: str, value: str) -> str:
+def _active_events(types: str, value: str, scoped: bool = False) -> str:
+    source = f.scoped_events(f.ACTIVE_IDS) if scoped else f.since(f.ACTIVE_IDS)
     return (
-        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS)} "
+        f"SELECT event_id, event_type, {value} AS value FROM {source} "
         f"WHERE {f.active()} AND event_type IN {types} ORDER BY event_id"
     )
 
@@ -67,9 +72,13 @@ def _event_rule(uid: str, title: str, types: str, summary: str) -> Rule:
         _active_events(types, "toUInt8(1)"),
         summary,
         "page",
-        figures=tuple((ref, _active_events(types, value)) for ref, value in EVENT_FIGURES),
+        figures=(
+            *((ref, _active_events(types, value)) for ref, value in EVENT_FIGURES),
+            *((ref, _active_events(types, value, scoped=True)) for ref, value in SET_FIGURES),
+        ),
         description="Status {{ if eq $values.status.Value 2.0 }}Started{{ else }}Scheduled{{ end }}; "
-        "{{ $values.vms.Value }} VMs in {{ $values.fault_domains.Value }} fault domains. "
+        "{{ $values.vms.Value }} VMs in {{ $values.fault_domains.Value }} fault domains "
+        "of {{ $values.sets.Value }} set(s). "
         f"Who and where: {DRILL_DOWN}",
     )
 

@@ -94,6 +94,32 @@ def since(ids: str, view: str = "events") -> str:
     return queries.since(ids, view, f"{DB}.")
 
 
+def scoped(ids: str) -> str:
+    """``event_vms`` like ``since``, each VM with its set: ``fault_set``, ``fault_set_id``, ``fault_domain_label``.
+
+    Per-domain figures group by ``fault_set_id`` with the domain: FD 0 of two sets is two rows.
+    """
+    return queries.scoped(ids, f"{DB}.")
+
+
+def domain_groups(ids: str, keep: str, partials: str, keys: tuple[str, ...] = ()) -> str:
+    """One row per (event, set, fault domain[, keys]) with ``partials`` over the pairs ``keep`` selects.
+
+    For per-domain figures over a range: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
+    """
+    return queries.domain_groups(ids, keep, partials, f"{DB}.", keys=keys)
+
+
+def event_sets(ids: str) -> str:
+    """Per event: ``availability_set`` (join by ``event_id``; a row's set: scale_set, else that)."""
+    return queries.event_sets(ids, f"{DB}.")
+
+
+def scoped_events(ids: str) -> str:
+    """``events`` like ``since``, with ``fault_sets`` and ``fault_domain_labels`` of the affected VMs."""
+    return queries.scoped_events(ids, f"{DB}.")
+
+
 def active() -> str:
     """Only the active set (with ``since(ACTIVE_IDS)``)."""
     return "outcome = 'active'"

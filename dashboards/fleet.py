@@ -64,8 +64,8 @@ def panels() -> list[g.Panel | g.Row]:
             "table",
             "SELECT not_before_last AS not_before, dateDiff('second', now(), not_before_last) AS starts_in_s, "
             "event_id, event_type, ifNull(event_source, '') AS source, affected_vm_count AS affected, "
-            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domains')} AS fault_domains, "
-            f"first_seen_at FROM {ACTIVE} WHERE {active} AND started_at IS NULL "
+            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains, "
+            f"first_seen_at FROM {f.scoped_events(f.ACTIVE_IDS)} WHERE {active} AND started_at IS NULL "
             f"AND event_type IN {DESTRUCTIVE} ORDER BY not_before_last, event_id",
             width=24,
             description="Scheduled, not started yet; NotBefore is the latest one IMDS announced.",
@@ -96,7 +96,7 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Silent and retired collectors",
             "table",
-            "SELECT state, vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
+            "SELECT state, vm_name, scale_set, ifNull(toString(fault_domain), '') AS fault_domain, location, "
             "last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS silent_s, retired_reason, "
             f"collector_version FROM {DB}.vm_status WHERE state != 'reporting' AND {f.vm_filter()} "
             "ORDER BY state DESC, silent_s DESC, vm_name",

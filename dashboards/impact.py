@@ -1,4 +1,4 @@
-"""Impact: how long VMs were really down, per fault domain and per event, announced versus observed.
+"""Impact: how long VMs were really down, per fault domain of each set and per event, announced versus observed.
 
 Observed impact is the downtime each collector measured on its own VM (``impacts``, ``event_vms.observed_impact_s``):
 a Freeze's pause of seconds, a reboot's minutes, not the ten minutes an event stays Started.
@@ -15,8 +15,17 @@ from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
-PAIRS = f.since(f.OVERLAPPING_IDS, "event_vms")
 VM_IMPACT = "observed_impact_s"
+TIME = ("$__timeInterval(assumeNotNull(started_at)) AS time",)
+
+
+def _per_domain(done: str, keys: tuple[str, ...] = ()) -> str:
+    # one row per (event, set, FD): figures then group by (set, domain), never by the bare number
+    partials = (
+        f"uniqExactStateIf(vm_id, {done}) AS vms_, sumIf({VM_IMPACT}, {done}) AS impact_, "
+        f"maxIf({VM_IMPACT}, {done}) AS max_"
+    )
+    return f.domain_groups(f.OVERLAPPING_IDS, done, partials, keys)
 
 
 def panels() -> list[g.Panel | g.Row]:
@@ -28,24 +37,23 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Impact per fault domain",
             "barchart",
-            "SELECT concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
-            "uniqExact(event_id) AS events, uniqExact(vm_id) AS vms, "
-            f"round(avg({VM_IMPACT}), 3) AS avg_impact_s, round(max({VM_IMPACT}), 3) AS max_impact_s, "
-            f"round(sum({VM_IMPACT}), 3) AS total_impact_s FROM {PAIRS} WHERE {done_on_vm} "
-            "GROUP BY fault_domain ORDER BY fault_domain",
+            "SELECT domain_label AS fault_domain, count() AS events, uniqExactMerge(vms_) AS vms, "
+            "round(sum(impact_) / sum(kept_), 3) AS avg_impact_s, round(max(max_), 3) AS max_impact_s, "
+            f"round(sum(impact_), 3) AS total_impact_s FROM {_per_domain(done_on_vm)} "
+            "GROUP BY fault_set_id, fault_set, domain_, domain_label ORDER BY fault_set, domain_, fault_set_id",
             width=12,
             unit="s",
             description="Per VM hit: the downtime its collector measured (a pause, a reboot). Summed over the VMs "
-            "of each fault domain.",
+            "of each fault domain of each set (scale set, or the availability set: the VMs that observe the same "
+            "events), labelled 'set / FD n'.",
             options={"xField": "fault_domain", "showValue": "auto"},
         ),
         g.Panel(
             "Impact over time by fault domain",
             "timeseries",
-            "SELECT $__timeInterval(assumeNotNull(started_at)) AS time, "
-            "concat('FD ', ifNull(toString(fault_domain), '?')) AS fault_domain, "
-            f"round(sum({VM_IMPACT}), 3) AS impact_s FROM {PAIRS} "
-            f"WHERE {done_on_vm} AND $__timeFilter(started_at) GROUP BY time, fault_domain ORDER BY time",
+            "SELECT time, domain_label AS fault_domain, round(sum(impact_), 3) AS impact_s "
+            f"FROM {_per_domain(done_on_vm + ' AND $__timeFilter(started_at)', TIME)} "
+            "GROUP BY time, fault_set_id, domain_label ORDER BY time, fault_domain",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             unit="s",
@@ -58,10 +66,10 @@ def panels() -> list[g.Panel | g.Row]:
             "duration_s AS announced_s, observed_impact_s AS observed_s, "
             "if(duration_s IS NULL OR duration_s < 0 OR observed_impact_s IS NULL, NULL, "
             "observed_impact_s - duration_s) AS overrun_s, started_to_gone_s, affected_vm_count AS affected, "
-            "impacted_vms AS hit, "
-            f"{f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {f.since(f.OVERLAPPING_IDS)} WHERE started_at IS NOT NULL AND {f.overlapping_range('started_at')} "
-            f"AND {f.event_filter()} ORDER BY started_at DESC, event_id LIMIT 1000",
+            f"impacted_vms AS hit, {f.fmt_list('fault_domain_labels')} AS fault_domains "
+            f"FROM {f.scoped_events(f.OVERLAPPING_IDS)} WHERE started_at IS NOT NULL "
+            f"AND {f.overlapping_range('started_at')} AND {f.event_filter()} "
+            "ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
             description="Announced: DurationInSeconds (-1 unknown, empty before API 2020-07-01). "
@@ -90,6 +98,7 @@ def build() -> dict[str, Any]:
         "Impact",
         panels(),
         f.variables(),
-        description="Impact duration per fault domain and per event; announced DurationInSeconds vs observed.",
+        description="Impact duration per fault domain of each set and per event; "
+        "announced DurationInSeconds vs observed.",
         time_from="now-7d",
     )

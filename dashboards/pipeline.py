@@ -50,7 +50,7 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Heartbeat age",
             "table",
-            "SELECT vm_name, ifNull(toString(fault_domain), '') AS fault_domain, location, "
+            "SELECT vm_name, scale_set, ifNull(toString(fault_domain), '') AS fault_domain, location, "
             "state, last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS age_s, "
             "last_poll_ok, last_poll_error, outbox_depth, collector_version, api_version "
             f"FROM {DB}.vm_status WHERE {vms} ORDER BY state = 'retired', age_s DESC, vm_name",

@@ -27,49 +27,56 @@ log = logging.getLogger(__name__)
 
 LANES = queries.Query(
     "report_lanes",
-    "Per affected VM: when each event of a window was Scheduled and Started on it",
+    "Per affected VM: when each event of a window was Scheduled and Started on it, and its set",
     """
 SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name, v.fault_domain AS fault_domain,
-       v.first_seen_at AS first_seen_at, v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
+       v.fault_set AS fault_set, v.fault_set_id AS fault_set_id, v.first_seen_at AS first_seen_at,
+       v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
        v.observed_impact_s AS observed_impact_s
 FROM """
-    + queries.since(queries.WINDOW_IDS, "event_vms")
+    + queries.scoped(queries.WINDOW_IDS)
     + """ AS v
 WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
     + queries.since(queries.WINDOW_IDS)
     + """
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
-ORDER BY fault_domain, vm_name, first_seen_at, event_id
+ORDER BY fault_set, fault_domain, vm_name, first_seen_at, event_id
 """,
     {"since": "DateTime64", "until": "DateTime64"},
 )
 
 
-def _event_kept(event: dict[str, Any], f: Filters, vms_of: dict[str, set[str]]) -> bool:
+def _in_domain(lane: dict[str, Any], f: Filters) -> bool:
+    # --fault-set and --fault-domain together name one domain of one set ("web" and 0: web / FD 0)
+    if f.fault_sets and lane["fault_set"] not in f.fault_sets:
+        return False
+    return not f.fault_domains or lane["fault_domain"] in f.fault_domains
+
+
+def _event_kept(event: dict[str, Any], f: Filters, lanes_of: dict[str, list[dict[str, Any]]]) -> bool:
     if f.event_types and event["event_type"] not in f.event_types:
         return False
     if f.event_ids and event["event_id"] not in f.event_ids:
         return False
-    if f.fault_domains and not set(event.get("fault_domains") or ()) & set(f.fault_domains):
+    lanes = lanes_of.get(event["event_id"], [])
+    if (f.fault_sets or f.fault_domains) and not any(_in_domain(lane, f) for lane in lanes):
         return False
-    return not f.vms or bool(vms_of.get(event["event_id"], set()) & set(f.vms))
+    return not f.vms or any(lane["vm_name"] in f.vms for lane in lanes)
 
 
 def select(data: ReportData) -> ReportData:
     """Only the events and lanes the filters ask for (pure)."""
     f = data.filters
-    vms_of: dict[str, set[str]] = {}
+    lanes_of: dict[str, list[dict[str, Any]]] = {}
     for lane in data.lanes:
-        vms_of.setdefault(lane["event_id"], set()).add(lane["vm_name"])
-    events = [e for e in data.events if _event_kept(e, f, vms_of)]
+        lanes_of.setdefault(lane["event_id"], []).append(lane)
+    events = [e for e in data.events if _event_kept(e, f, lanes_of)]
     kept = {e["event_id"] for e in events}
     lanes = [
         lane
         for lane in data.lanes
-        if lane["event_id"] in kept
-        and (not f.vms or lane["vm_name"] in f.vms)
-        and (not f.fault_domains or lane["fault_domain"] in f.fault_domains)
+        if lane["event_id"] in kept and (not f.vms or lane["vm_name"] in f.vms) and _in_domain(lane, f)
     ]
     unannounced = [d for d in data.unannounced if (not f.vms or d["vm_name"] in f.vms)]
     return ReportData(f, events, lanes, unannounced)
@@ -123,7 +130,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--until", default="now", help="window end: ISO 8601, now, or a duration before now")
     parser.add_argument("--event-type", action="append", default=[], help="only this type (repeatable)")
     parser.add_argument("--vm", action="append", default=[], help="only events affecting this VM (repeatable)")
-    parser.add_argument("--fault-domain", action="append", type=int, default=[], help="repeatable")
+    parser.add_argument(
+        "--fault-set",
+        action="append",
+        default=[],
+        help="only this set: a scale set, or an availability set by its label (the common prefix of its VM "
+        "names, e.g. web); with --fault-domain, that domain of that set (repeatable)",
+    )
+    parser.add_argument(
+        "--fault-domain", action="append", type=int, default=[], help="only this fault domain number (repeatable)"
+    )
     parser.add_argument("--event-id", action="append", default=[], help="only this EventId (repeatable)")
     parser.add_argument(
         "--out", type=Path, default=Path("sevents-report.html"), help="HTML file to write (default sevents-report.html)"
@@ -148,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             event_types=tuple(args.event_type),
             vms=tuple(args.vm),
             fault_domains=tuple(args.fault_domain),
+            fault_sets=tuple(args.fault_set),
             event_ids=tuple(args.event_id),
         )
     except ValueError as error:

@@ -9,13 +9,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Filters:
-    """What the report covers: a window on first seen, and optional type, VM, fault domain and EventId lists."""
+    """What the report covers: a window on first seen, and optional type, VM, set, fault domain and EventId lists."""
 
     since: datetime
     until: datetime
     event_types: tuple[str, ...] = ()
     vms: tuple[str, ...] = ()
     fault_domains: tuple[int, ...] = ()
+    fault_sets: tuple[str, ...] = ()  # a scale set or an availability set's label; with fault_domains, their FDs
     event_ids: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -23,6 +24,7 @@ class Filters:
         for label, values in (
             ("types", self.event_types),
             ("VMs", self.vms),
+            ("sets", self.fault_sets),
             ("fault domains", self.fault_domains),
             ("events", self.event_ids),
         ):

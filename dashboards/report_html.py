@@ -48,8 +48,7 @@ def lanes_of(data: ReportData) -> list[svg.Lane]:
             segments.append(svg.Segment(first, scheduled_end, "Scheduled"))
         if started is not None:
             segments.append(svg.Segment(started, ended or end, "Started"))
-        fd = "?" if row["fault_domain"] is None else row["fault_domain"]
-        label = f"FD {fd} / {row['vm_name']} / {row['event_type']} {_short(row['event_id'])}"
+        label = f"{domain_label(row)} / {row['vm_name']} / {row['event_type']} {_short(row['event_id'])}"
         out.append(svg.Lane(label, tuple(segments)))
     return out
 
@@ -64,15 +63,23 @@ def _span(data: ReportData) -> tuple[datetime, datetime]:
     return start - margin, end + margin
 
 
+def domain_label(row: dict[str, Any]) -> str:
+    """A lane's fault domain inside its set: ``web / FD 1``."""
+    fd = "?" if row["fault_domain"] is None else row["fault_domain"]
+    return f"{row['fault_set']} / FD {fd}"
+
+
 def impact_by_fault_domain(data: ReportData) -> list[tuple[str, Sequence[float | None]]]:
-    """(label, [mean, max]) seconds of downtime the VMs hit in each fault domain measured on themselves."""
-    per_fd: dict[Any, list[float]] = {}
+    """(label, [mean, max]) seconds of downtime the VMs hit in each fault domain of each set measured on themselves."""
+    per_fd: dict[tuple[str, str, int | None], list[float]] = {}
     for row in data.lanes:
         if row.get("observed_impact_s") is not None:
-            per_fd.setdefault(row["fault_domain"], []).append(row["observed_impact_s"])
-    ordered = sorted(per_fd.items(), key=lambda kv: (kv[0] is None, kv[0] if kv[0] is not None else 0))
+            key = (row["fault_set"], row["fault_set_id"], row["fault_domain"])
+            per_fd.setdefault(key, []).append(row["observed_impact_s"])
+    ordered = sorted(per_fd.items(), key=lambda kv: (kv[0][0], kv[0][2] is None, kv[0][2] or 0, kv[0][1]))
     return [
-        (f"FD {'?' if fd is None else fd}", [round(mean(values), 3), round(max(values), 3)]) for fd, values in ordered
+        (domain_label({"fault_set": key[0], "fault_domain": key[2]}), [round(mean(values), 3), round(max(values), 3)])
+        for key, values in ordered
     ]
 
 
@@ -117,7 +124,7 @@ def _table(events: list[dict[str, Any]]) -> str:
         ("Started to gone s", "started_to_gone_s", _num),
         ("VMs", "affected_vm_count", _num),
         ("VMs hit", "impacted_vms", _num),
-        ("Fault domains", "fault_domains", lambda v: ", ".join(map(str, v or []))),
+        ("Fault domains", "fault_domain_labels", lambda v: ", ".join(map(str, v or []))),
     )
     head = "".join(f"<th>{escape(title)}</th>" for title, _, _ in columns)
     rows = []
@@ -156,16 +163,17 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         f'<p class="meta">{escape(data.filters.describe())}. Generated {generated_at:%Y-%m-%d %H:%M:%S} UTC '
         "by sevents. Times are UTC; precision is one collector poll.</p>"
         f'<div class="cards">{card_html}</div>'
-        "<h2>Timeline (per affected VM, by fault domain)</h2>"
+        "<h2>Timeline (per affected VM, by set and fault domain)</h2>"
         f"{svg.timeline(lanes_of(data), start, end)}"
         "<h2>Approval latency and notice per event</h2>"
         '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '
         "Started.</p>"
         f"{svg.bars('Approval latency and notice', approval, ('approval', 'notice'))}"
-        "<h2>Observed impact per fault domain</h2>"
+        "<h2>Observed impact per fault domain of each set</h2>"
         '<p class="meta">Downtime each VM measured on itself (a pause, a reboot), not the time an event stayed '
-        "Started.</p>"
-        f"{svg.bars('Impact per fault domain', impact_by_fault_domain(data), ('mean', 'max'))}"
+        "Started. A set is a scale set, or an availability set: the VMs that observe the same events, named by the "
+        "common prefix of their names.</p>"
+        f"{svg.bars('Observed impact per fault domain of each set', impact_by_fault_domain(data), ('mean', 'max'))}"
         "<h2>Announced DurationInSeconds versus observed impact</h2>"
         f"{svg.bars('Announced versus observed', announced, ('announced', 'observed'))}"
         f"<h2>Downtime per VM</h2>{_downtime_table(data)}"

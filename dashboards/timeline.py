@@ -1,4 +1,4 @@
-"""Maintenance timeline: per-VM state over time by fault domain, one row per event, drill-down by EventId."""
+"""Maintenance timeline: per-VM state over time by set and fault domain, one row per event, drill-down by EventId."""
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
 # ruff: noqa: S608
@@ -28,9 +28,14 @@ STATE_MAPPINGS = [
 # backslash can end the literal) and ClickHouse decodes it: no crafted value changes the query.
 THE_EVENT = "decodeURLComponent('${event_id:percentencode}')"
 ONE_EVENT = f"event_id = {THE_EVENT}"
-# the drill-down's event, read from its own first day on
-ITS_VMS = f.since(f"SELECT {THE_EVENT}", "event_vms")
-LANE = "concat('FD ', ifNull(toString(fault_domain), '?'), ' / ', vm_name, ' / ', substring(event_id, 1, 8))"
+# the drill-down's event, read from its own first day on, each VM with its set
+ITS_VMS = f.scoped(f"SELECT {THE_EVENT}")
+# a lane is named by the VM's fault domain inside its set: "web / FD 1 / web-4 / 1a2b3c4d"
+LANE = (
+    "concat(if(scale_set != '', scale_set, availability_set), ' / FD ', ifNull(toString(fault_domain), '?'), "
+    "' / ', vm_name, ' / ', substring(event_id, 1, 8))"
+)
+LANE_COLUMNS = "event_id, scale_set, fault_domain, vm_name"
 STATE = (
     f"multiIf(kind = 'disappeared', {GONE}, status = 'Started', {STARTED}, status = 'Scheduled', {SCHEDULED}, {GONE})"
 )
@@ -45,16 +50,19 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "VM state by fault domain",
             "state-timeline",
-            f"SELECT time, vm, state FROM (SELECT observed_at AS time, {LANE} AS vm, {STATE} AS state "
+            f"SELECT time, {LANE} AS vm, state FROM (SELECT observed_at AS time, {LANE_COLUMNS}, {STATE} AS state "
             f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
-            f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE} AS vm, "
+            f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE_COLUMNS}, "
             f"{at_start} AS state FROM {f.since(f.OVERLAPPING_IDS, 'event_vms')} WHERE {f.overlapping_range()} "
-            f"AND first_seen_at < $__fromTime AND {lanes}) ORDER BY time, vm",
+            f"AND first_seen_at < $__fromTime AND {lanes}) AS l INNER JOIN {f.event_sets(f.OVERLAPPING_IDS)} AS s "
+            "USING (event_id) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,
             width=24,
             height=12,
             description="One lane per affected VM and event (first 8 characters of the EventId), "
-            "sorted by fault domain. Events already under way when the range starts begin at its left edge.",
+            "sorted by set and fault domain ('set / FD n': the scale set, or the availability set, named after "
+            "the VMs that observe the same events). Events already under way when the range starts begin at its "
+            "left edge.",
             field_config={"defaults": {"mappings": STATE_MAPPINGS, "color": {"mode": "fixed"}}},
             options={"mergeValues": True, "showValue": "never", "rowHeight": 0.8},
         ),
@@ -63,8 +71,8 @@ def panels() -> list[g.Panel | g.Row]:
             "table",
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, outcome, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, affected_vm_count AS affected, "
-            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domains')} AS fault_domains "
-            f"FROM {f.since(f.OVERLAPPING_IDS)} WHERE {f.overlapping_range()} AND {f.event_filter()} "
+            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains "
+            f"FROM {f.scoped_events(f.OVERLAPPING_IDS)} WHERE {f.overlapping_range()} AND {f.event_filter()} "
             "ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
@@ -75,23 +83,24 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "EventId across VMs",
             "table",
-            "SELECT vm_name, fault_domain, update_domain, affects_this_vm, first_seen_at, "
+            "SELECT vm_name, fault_set, fault_domain, update_domain, affects_this_vm, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, outcome, "
             "if(started_at IS NULL OR ended_at IS NULL, NULL, "
             "dateDiff('millisecond', started_at, ended_at) / 1000) AS started_to_gone_s, observed_impact_s "
-            f"FROM {ITS_VMS} WHERE {ONE_EVENT} ORDER BY fault_domain, vm_name",
+            f"FROM {ITS_VMS} WHERE {ONE_EVENT} ORDER BY fault_set, fault_domain, vm_name",
             width=14,
             height=10,
         ),
         g.Panel(
             "EventId by fault domain",
             "table",
-            "SELECT fault_domain, countIf(affects_this_vm) AS affected_vms, count() AS observing_vms, "
+            "SELECT fault_set, fault_domain, countIf(affects_this_vm) AS affected_vms, count() AS observing_vms, "
             "min(started_at) AS first_started, max(ended_at) AS last_ended, "
             "max(if(started_at IS NULL OR ended_at IS NULL, NULL, "
             "dateDiff('millisecond', started_at, ended_at) / 1000)) AS max_started_to_gone_s, "
             "countIf(observed_impact_s IS NOT NULL) AS hit_vms, maxOrNull(observed_impact_s) AS max_observed_impact_s "
-            f"FROM {ITS_VMS} WHERE {ONE_EVENT} GROUP BY fault_domain ORDER BY fault_domain",
+            f"FROM {ITS_VMS} WHERE {ONE_EVENT} GROUP BY fault_set_id, fault_set, fault_domain "
+            "ORDER BY fault_set, fault_domain",
             width=10,
             height=10,
         ),
@@ -105,6 +114,7 @@ def build() -> dict[str, Any]:
         "Maintenance timeline",
         panels(),
         variables,
-        description="When each VM was Scheduled, Started and released, by fault domain; drill into one EventId.",
+        description="When each VM was Scheduled, Started and released, by set and fault domain; "
+        "drill into one EventId.",
         time_from="now-6h",
     )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from collector.settings import CollectorSettings
 from dashboards import report
-from demo.compare import Check, compare, compare_downtime, fault_domain_truth
+from demo.compare import Check, compare, compare_downtime, fault_domain_checks, fault_domain_truth
 from demo.fleetrun import FleetRun, start
 from ingest import queries
 from ingest.errors import IngestError
@@ -119,7 +119,9 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
     events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
     truth = run.sim.truth()
     served = {vm: run.sim.served(vm) for vm in run.sim.vm_names}
-    checks = compare(events, truth, tolerance_s=poll_interval + 0.25, served=served)
+    # each VM's availability set or scale set as the simulator built the fleet: the truth of the scoped FDs
+    groups = {vm.name: vm.group for vm in run.sim.engine.vms.values()}
+    checks = compare(events, truth, tolerance_s=poll_interval + 0.25, served=served, groups=groups)
     downtime = queries.run(run.client, queries.DOWNTIME, run.settings.database, **window).dicts()
     unannounced = [d for d in run.sim.downtime() if not d.event_id]
     checks += compare_downtime(
@@ -136,7 +138,7 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
             e["event_type"],
             e["outcome"],
             str(e["affected_vm_count"]),
-            ",".join(str(fd) for fd in e["fault_domains"]),
+            ", ".join(e["fault_domain_labels"]),
             _secs(e["notice_s"]),
             _secs(e["approval_latency_s"]),
             _secs(e["duration_s"] if (e["duration_s"] or -1) >= 0 else None),
@@ -153,20 +155,21 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
     cols = ["event", "type", "outcome", "VMs", "FDs", "notice", "approval", "announced", "down", "started", "truth"]
     print(table(cols, rows))
     per_fd = queries.run(run.client, queries.FAULT_DOMAIN_SUMMARY, run.settings.database, **window).dicts()
-    truth_fd = fault_domain_truth(truth)
+    truth_fd = fault_domain_truth(truth, groups)
     fd_rows = []
     for fd in per_fd:
-        real = truth_fd.get(fd["fault_domain"], {})
+        real = truth_fd.get((fd["fault_set"], fd["fault_domain"]), {})
         fd_rows.append(
             [
-                str(fd["fault_domain"]),
+                fd["fault_domain_label"],
                 str(fd["events"]),
                 f"{_secs(fd['avg_approval_latency_s'])} / {_secs(real.get('avg_approval_latency_s'))}",
                 f"{_secs(fd['avg_observed_impact_s'])} / {_secs(real.get('avg_observed_impact_s'))}",
             ]
         )
-    print("Per fault domain (affected VMs; recorded / truth)")
-    print(table(["FD", "events", "mean approval latency", "mean downtime"], fd_rows))
+    print("Per fault domain of each set (affected VMs; recorded / truth)")
+    print(table(["set / FD", "events", "mean approval latency", "mean downtime"], fd_rows))
+    checks += fault_domain_checks(per_fd, truth, groups)
     for d in unannounced:
         ours = [r for r in downtime if not r["event_id"] and r["vm_name"] == d.vm_name]
         measured = ", ".join(f"{r['duration_s']:.1f}" for r in ours) or "nothing"

@@ -12,6 +12,10 @@ only if some VM was answered while the event was visible and not yet started the
 pipeline is right to show nothing for them.
 
 Without ``served``, times agree when they differ by at most ``tolerance_s``.
+
+Fault domains are compared inside their set: given ``groups`` (each VM's availability set or scale set, as the
+simulator's fleet defines it, never as the pipeline infers it), every event's ``fault_domain_labels`` must be
+the true ``set / FD n`` of its affected VMs, and ``fault_domain_truth`` keys its figures by (set, FD).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ NEEDS_NOT_BEFORE = ("not_before_first", "approved_at", "approval_latency_s")
 TIMES = ("first_seen_at", "not_before_first", "approved_at", "started_at", "ended_at")
 DURATIONS = ("notice_s", "approval_latency_s", "started_to_gone_s")
 EXACT = ("event_type", "event_source", "description", "duration_s", "outcome", "affected_vms", "fault_domains")
+SCOPED = "fault_domain_labels"  # compared exactly too, when the VMs' groups are known
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,18 @@ class Check:
     delta_s: float | None = None
 
 
-def truth_events(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The simulator's per-(event, VM) truth rows folded into one row per event, in the ``events`` shape."""
+def domain_label(group: str, fault_domain: int) -> str:
+    """A fault domain inside its set, as the pipeline labels it: ``web / FD 1``."""
+    return f"{group} / FD {fault_domain}"
+
+
+def truth_events(
+    rows: Iterable[Mapping[str, Any]], groups: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The simulator's per-(event, VM) truth rows folded into one row per event, in the ``events`` shape.
+
+    With ``groups`` (VM name -> its set), each event also gets ``fault_domain_labels``.
+    """
     events: dict[str, dict[str, Any]] = {}
     for row in rows:
         e = events.setdefault(
@@ -73,12 +88,16 @@ def truth_events(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]
                 "outcome": row["outcome"],
                 "affected_vms": sorted(row["resources"]),
                 "fault_domains": set(),
+                SCOPED: set(),
             },
         )
         if row["vm_name"] in row["resources"] and row["fault_domain"] is not None:
             e["fault_domains"].add(row["fault_domain"])
+            if groups is not None:
+                e[SCOPED].add((groups[row["vm_name"]], row["fault_domain"]))
     for e in events.values():
         e["fault_domains"] = sorted(e["fault_domains"])
+        e[SCOPED] = [domain_label(group, fd) for group, fd in sorted(e[SCOPED])]
         e["notice_s"] = _span(e["first_seen_at"], e["started_at"])
         e["approval_latency_s"] = _span(e["first_seen_at"], e["approved_at"])
         e["started_to_gone_s"] = _span(e["started_at"], e["ended_at"]) if e["ended_at"] and e["started_at"] else None
@@ -90,10 +109,15 @@ def compare(
     truth_rows: Iterable[Mapping[str, Any]],
     tolerance_s: float,
     served: Mapping[str, Sequence[datetime]] | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> list[Check]:
-    """Every compared value of every event in the truth (an event we never stored fails every check)."""
+    """Every compared value of every event in the truth (an event we never stored fails every check).
+
+    ``groups`` (VM name -> its set) adds the check of the set-scoped fault domains.
+    """
     rows = list(truth_rows)
-    truth = truth_events(rows)
+    truth = truth_events(rows, groups)
+    exact = EXACT if groups is None else (*EXACT, SCOPED)
     windows = observation_windows(rows, served) if served is not None else {}
     unknowable = _not_before_unseen(rows, served) if served is not None else set()
     by_id = {row["event_id"]: row for row in ours}
@@ -102,7 +126,7 @@ def compare(
         mine = by_id.get(event_id, {})
         if event_id in unknowable:
             t = {**t, **dict.fromkeys(NEEDS_NOT_BEFORE)}
-        for name in EXACT:
+        for name in exact:
             a, b = _norm(mine.get(name)), _norm(t[name])
             checks.append(Check(event_id, t["label"], name, a, b, a == b))
         for name in TIMES + DURATIONS:
@@ -210,13 +234,19 @@ def _around(answers: Sequence[float], moment: float) -> Window:
     return before, after
 
 
-def fault_domain_truth(truth_rows: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-    """Per fault domain, over affected (event, VM) pairs: events, mean approval latency and real downtime."""
-    acc: dict[int, dict[str, list[float] | set[str]]] = {}
+def fault_domain_truth(
+    truth_rows: Iterable[Mapping[str, Any]], groups: Mapping[str, str]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per (set, fault domain), over affected (event, VM) pairs: events, mean approval latency and real downtime.
+
+    ``groups`` maps each VM name to its availability set or scale set: FD 0 of two sets is two entries.
+    """
+    acc: dict[tuple[str, int], dict[str, list[float] | set[str]]] = {}
     for row in truth_rows:
         if row["vm_name"] not in row["resources"] or row["fault_domain"] is None:
             continue
-        fd = acc.setdefault(row["fault_domain"], {"events": set(), "latency": [], "impact": []})
+        key = (groups[row["vm_name"]], row["fault_domain"])
+        fd = acc.setdefault(key, {"events": set(), "latency": [], "impact": []})
         events = fd["events"]
         assert isinstance(events, set)
         events.add(row["event_id"])
@@ -234,6 +264,23 @@ def fault_domain_truth(truth_rows: Iterable[Mapping[str, Any]]) -> dict[int, dic
         }
         for fd, v in sorted(acc.items())
     }
+
+
+def fault_domain_checks(
+    ours: Iterable[Mapping[str, Any]], truth_rows: Iterable[Mapping[str, Any]], groups: Mapping[str, str]
+) -> list[Check]:
+    """Per (set, FD) of ``fault_domain_summary``: exactly the true domains, each with its true number of events.
+
+    Adding up FD 0 of two sets shows as one row too many events and one true domain missing.
+    """
+    truth = fault_domain_truth(truth_rows, groups)
+    mine = {(row["fault_set"], row["fault_domain"]): row["events"] for row in ours}
+    checks = []
+    for key in sorted(truth.keys() | mine.keys(), key=lambda k: (k[0], k[1] is None, k[1] or 0)):
+        want = truth.get(key, {}).get("events")
+        got = mine.get(key)
+        checks.append(Check("", domain_label(*key), "fault_domain_events", got, want, got == want))
+    return checks
 
 
 def _span(start: datetime | None, end: datetime | None) -> float | None:

@@ -93,9 +93,9 @@ def parser() -> argparse.ArgumentParser:
     a = audit.add_parser("vm", allow_abbrev=False, help="what happened to a VM between two times")
     a.add_argument("vm", help="VM name or vmId")
     _window(a)
-    a = audit.add_parser("event", allow_abbrev=False, help="everything an EventId touched, per fault domain")
+    a = audit.add_parser("event", allow_abbrev=False, help="everything an EventId touched, per fault domain of its set")
     a.add_argument("event_id")
-    a.add_argument("--per-vm", action="store_true", help="one row per VM instead of per fault domain")
+    a.add_argument("--per-vm", action="store_true", help="one row per VM (with its set) instead of per fault domain")
     a = audit.add_parser(
         "disruptive", allow_abbrev=False, help="Reboot and Redeploy events in a window: approval latency, impact"
     )
@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     a = audit.add_parser("events", allow_abbrev=False, help="every event first seen in a window")
     _window(a)
     a = audit.add_parser(
-        "fault-domains", allow_abbrev=False, help="approval latency and impact per fault domain in a window"
+        "fault-domains", allow_abbrev=False, help="approval latency and impact per fault domain of each set in a window"
     )
     _window(a)
     a = audit.add_parser(

@@ -49,7 +49,7 @@ WINDOW_IDS = (
 ONE_ID = "SELECT {event_id:String}"
 
 
-def since(ids: str, view: str = "events", db: str = "") -> str:
+def since(ids: str, view: str = "events", db: str = "", columns: str = "*") -> str:
     """``events`` or ``event_vms`` restricted to the events ``ids`` selects, read from their first day on.
 
     A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
@@ -60,12 +60,146 @@ def since(ids: str, view: str = "events", db: str = "") -> str:
         f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup WHERE event_id IN ({ids})"
     )
     return (
-        f"(WITH ({picked}) AS picked SELECT * FROM {db}{view}_since(since_day = picked.2) WHERE event_id IN picked.1)"
+        f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) "
+        "WHERE event_id IN picked.1)"
+    )
+
+
+# Fault and update domain numbers mean something only inside one availability set or scale set, so every
+# per-domain figure groups by the set as well. A scale set is named by its VMs' instance metadata. IMDS does
+# not name an availability set, but Azure tells every VM of one the same events: the VMs (outside scale sets)
+# that observed an event are that event's set. Its label is the longest common prefix of their names without
+# trailing digits or separators ("web-0".."web-11" -> "web"); a VM observing alone (a standalone VM) is its
+# own set and keeps its name, as do members that share no prefix (the first name). Its identity is the
+# smallest vm_id among them: two sets whose labels coincide still never add up, at worst one set splits in two
+# when its first VM missed an event.
+SET_FIRST, SET_LAST, SET_KEY = "set_first_", "set_last_", "set_key_"
+
+
+def _fixed(name: str) -> str:
+    return f"toFixedString(substring({name}, 1, 64), 64)"
+
+
+def set_label(first: str, last: str) -> str:
+    """SQL for an availability set's label from the smallest and the largest name of its VMs.
+
+    Their common prefix is that of all the names. Its length is the count of leading zero bytes in the two
+    names XORed as FixedString (VM names have at most 64 characters; the string form drops trailing zeros, so
+    equal names XOR to ''): bytewise, no lambda per row. Defines the aliases set_xor_ and set_stem_.
+    """
+    common = f"least(length({first}), length({last}))"
+    leading_zeros = "toUInt64(length(set_xor_) - length(trimLeft(set_xor_, '\\0')))"
+    xor = f"toString(bitXor({_fixed(first)}, {_fixed(last)}))"
+    same = f"if(({xor} AS set_xor_) = '', {common}, least({leading_zeros}, {common}))"
+    stem = f"trim(TRAILING '0123456789-_.' FROM substring({first}, 1, {same}))"
+    return f"if({first} = {last} OR ({stem} AS set_stem_) = '', {first}, set_stem_)"
+
+
+def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
+    """SQL for the label of a domain inside its set: ``web / FD 1`` (``?`` when the VM reported none)."""
+    return f"concat({fault_set}, ' / {kind} ', ifNull(toString({number}), '?'))"
+
+
+def scoped(ids: str, db: str = "") -> str:
+    """``event_vms`` of the events ``ids`` selects (like ``since``), each VM with the set its domains belong to.
+
+    Adds ``fault_set`` (label), ``fault_set_id`` (identity: group by it), ``fault_domain_label`` and
+    ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
+    the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
+    """
+    outside = "scale_set = ''"  # the availability set (or standalone VM) of the event: its VMs outside scale sets
+    window = (
+        f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
+        f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
+        f"FROM {since(ids, 'event_vms', db)} WINDOW w AS (PARTITION BY event_id)"
+    )
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
+        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'fault_domain')} AS fault_domain_label, "
+        f"{domain_label('fault_set', 'update_domain', 'UD')} AS update_domain_label FROM ({window}))"
+    )
+
+
+def domain_groups(
+    ids: str, keep: str, partials: str, db: str = "", domain: str = "fault_domain", keys: tuple[str, ...] = ()
+) -> str:
+    """Per-domain figures without a window over every pair: one row per (event, set, domain[, ``keys``]).
+
+    ``partials`` are aggregates (states or sums, each with the condition ``keep``) over the pairs of the events
+    ``ids`` selects; the set of each row is found from its event's few rows, then the caller aggregates by
+    ``fault_set_id`` and ``domain_`` (labels: ``fault_set``, ``domain_label``). Rows with no pair ``keep``
+    selects are left out. ``keys`` are more grouping expressions (``expr AS alias``); the caller groups by their
+    aliases too.
+    """
+    extra = "".join(f", {key}" for key in keys)
+    aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
+    # min and max name over every observer, kept or not: the set is all of them
+    first = (
+        f"SELECT event_id, scale_set, {domain} AS domain_{extra}, min(vm_name) AS first_, max(vm_name) AS last_, "
+        f"min(vm_id) AS key_, countIf({keep}) AS kept_, {partials} "
+        f"FROM {since(ids, 'event_vms', db)} GROUP BY event_id, scale_set, domain_{aliases}"
+    )
+    outside = "scale_set = ''"
+    window = (
+        f"SELECT *, minIf(first_, {outside}) OVER w AS {SET_FIRST}, maxIf(last_, {outside}) OVER w AS {SET_LAST}, "
+        f"minIf(key_, {outside}) OVER w AS {SET_KEY} FROM ({first}) WINDOW w AS (PARTITION BY event_id)"
+    )
+    kind = "UD" if domain == "update_domain" else "FD"
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}, first_, last_, key_), "
+        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'domain_', kind)} AS domain_label FROM ({window}) WHERE kept_ > 0)"
+    )
+
+
+def event_sets(ids: str, db: str = "") -> str:
+    """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
+
+    For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
+    is ``if(scale_set != '', scale_set, availability_set)``, found with two names read per pair, no window.
+    """
+    names = (
+        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, maxIf(vm_name, scale_set = '') AS {SET_LAST} "
+        f"FROM {since(ids, 'event_vms', db, 'event_id, vm_name, scale_set')} GROUP BY event_id"
+    )
+    return f"(SELECT event_id, {set_label(SET_FIRST, SET_LAST)} AS availability_set FROM ({names}))"
+
+
+def _labels(kind: str, column: str) -> str:
+    # (set, number) of the affected VMs, sorted by set label then number, so FD 10 follows FD 9
+    pairs = f"arrayMap(p -> (if(p.1 != '', p.1, set_), p.2), groupUniqArrayIf((scale_set, {column}), affects_this_vm))"
+    return f"arrayMap(p -> {domain_label('p.1', 'p.2', kind)}, arraySort({pairs}))"
+
+
+def scoped_events(ids: str, db: str = "") -> str:
+    """``events`` of the events ``ids`` selects (like ``since``), with the sets of the VMs each affects.
+
+    Adds ``fault_sets`` and the set-scoped ``fault_domain_labels`` and ``update_domain_labels`` beside the bare
+    ``fault_domains`` and ``update_domains`` (an event reaches one set, so those never mix sets, but say none).
+    Per event, not per pair: the few columns it needs are aggregated once, without the window of ``scoped``.
+    """
+    columns = "event_id, vm_name, scale_set, fault_domain, update_domain, affects_this_vm"
+    per_event = (
+        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, "
+        f"maxIf(vm_name, scale_set = '') AS {SET_LAST}, "
+        f"{set_label(SET_FIRST, SET_LAST)} AS set_, "
+        "arraySort(arrayDistinct(arrayMap(x -> if(x != '', x, set_), groupUniqArrayIf(scale_set, affects_this_vm)))) "
+        f"AS fault_sets, {_labels('FD', 'fault_domain')} AS fault_domain_labels, "
+        f"{_labels('UD', 'update_domain')} AS update_domain_labels "
+        f"FROM {since(ids, 'event_vms', db, columns)} GROUP BY event_id"
+    )
+    labels = "fault_sets, fault_domain_labels, update_domain_labels"
+    return (
+        f"(SELECT * FROM {since(ids, 'events', db)} AS e "
+        f"LEFT JOIN (SELECT event_id, {labels} FROM ({per_event})) AS s USING (event_id))"
     )
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS)} "
+    f"FROM {scoped_events(WINDOW_IDS)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -95,9 +229,10 @@ EVENT_SUMMARY = Query(
     """
 SELECT event_id, event_type, event_source, description, duration_s, outcome, first_seen_at, not_before_first,
        not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s,
-       observed_impact_s, impacted_vms, affected_vm_count, observing_vms, fault_domains, update_domains, anomalies
+       observed_impact_s, impacted_vms, affected_vm_count, observing_vms, fault_domains, update_domains, fault_sets,
+       fault_domain_labels, update_domain_labels, anomalies
 FROM """
-    + since(ONE_ID)
+    + scoped_events(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
 """,
@@ -106,9 +241,9 @@ WHERE event_id = {event_id:String}
 
 EVENT_BY_FAULT_DOMAIN = Query(
     "event_by_fault_domain",
-    "Everything an event touched, per fault domain",
+    "Everything an event touched, per fault domain of its set",
     """
-SELECT fault_domain,
+SELECT fault_set, fault_domain, fault_domain_label,
        countIf(affects_this_vm) AS affected_vms,
        count() AS observing_vms,
        arrayStringConcat(arraySort(groupArrayIf(vm_name, affects_this_vm)), ' ') AS affected,
@@ -122,11 +257,11 @@ SELECT fault_domain,
        maxOrNull(observed_impact_s) AS max_observed_impact_s,
        arrayStringConcat(arraySort(groupUniqArray(outcome)), ',') AS outcomes
 FROM """
-    + since(ONE_ID, "event_vms")
+    + scoped(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
-GROUP BY fault_domain
-ORDER BY fault_domain
+GROUP BY fault_set_id, fault_set, fault_domain, fault_domain_label
+ORDER BY fault_set, fault_domain
 """,
     {"event_id": "String"},
 )
@@ -135,16 +270,16 @@ EVENT_VMS = Query(
     "event_vms",
     "Everything an event touched, per VM",
     """
-SELECT fault_domain, update_domain, vm_name, vm_id, affects_this_vm, outcome, first_seen_at, approved_at,
-       started_at, ended_at,
+SELECT fault_set, fault_domain, update_domain, fault_domain_label, update_domain_label, vm_name, vm_id,
+       affects_this_vm, outcome, first_seen_at, approved_at, started_at, ended_at,
        if(started_at IS NULL OR ended_at IS NULL, NULL, dateDiff('millisecond', started_at, ended_at) / 1000)
            AS started_to_gone_s,
        observed_impact_s
 FROM """
-    + since(ONE_ID, "event_vms")
+    + scoped(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
-ORDER BY fault_domain, update_domain, vm_name
+ORDER BY fault_set, fault_domain, update_domain, vm_name
 """,
     {"event_id": "String"},
 )
@@ -155,7 +290,7 @@ DISRUPTIVE_EVENTS = Query(
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
        approval_latency_s, notice_s, started_to_gone_s, observed_impact_s, impacted_vms, affected_vm_count,
-       fault_domains
+       fault_domains, fault_sets, fault_domain_labels
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -185,8 +320,8 @@ EVENTS_IN_WINDOW = Query(
     """
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s, observed_impact_s,
-       impacted_vms, affected_vm_count,
-       affected_vms, fault_domains, update_domains, duration_s, description
+       impacted_vms, affected_vm_count, affected_vms, fault_domains, update_domains, fault_sets, fault_domain_labels,
+       update_domain_labels, duration_s, description
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -197,9 +332,11 @@ ORDER BY first_seen_at, event_id
 
 FAULT_DOMAIN_SUMMARY = Query(
     "fault_domain_summary",
-    "Approval latency and impact per fault domain (affected VMs of events first seen in a window)",
+    "Approval latency and impact per fault domain of each set (affected VMs of events first seen in a window)",
     """
-SELECT v.fault_domain AS fault_domain,
+SELECT v.fault_set AS fault_set,
+       v.fault_domain AS fault_domain,
+       v.fault_domain_label AS fault_domain_label,
        uniqExact(v.event_id) AS events,
        uniqExact(v.vm_id) AS vms,
        countIf(v.outcome = 'completed') AS completed,
@@ -213,7 +350,7 @@ SELECT v.fault_domain AS fault_domain,
        avgOrNull(v.observed_impact_s) AS avg_observed_impact_s,
        maxOrNull(v.observed_impact_s) AS max_observed_impact_s
 FROM """
-    + since(WINDOW_IDS, "event_vms")
+    + scoped(WINDOW_IDS)
     + """ AS v
 INNER JOIN
 (
@@ -223,8 +360,8 @@ INNER JOIN
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
-GROUP BY fault_domain
-ORDER BY fault_domain
+GROUP BY v.fault_set_id, fault_set, fault_domain, fault_domain_label
+ORDER BY fault_set, fault_domain
 """,
     {"since": "DateTime64", "until": "DateTime64"},
 )

@@ -40,6 +40,11 @@ class Seeded:
     started: datetime
     finished: datetime
     vm_names: list[str]
+    groups: dict[str, str]  # VM name -> the simulator's availability set or scale set
+
+    def fd_label(self, row: dict[str, Any]) -> str:
+        """The truth row's fault domain inside its set, as the dashboards label it: ``web / FD 1``."""
+        return f"{self.groups[row['vm_name']]} / FD {row['fault_domain']}"
 
     def events(self) -> dict[str, dict[str, Any]]:
         """Ground truth per EventId (the first row of each; event-level fields are the same on every row)."""
@@ -49,7 +54,7 @@ class Seeded:
         return out
 
 
-def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, list[str]]:
+def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, list[str], dict[str, str]]:
     started = datetime.now(UTC)
     stop = threading.Event()
     with SimServer(load_scenario(SCENARIO)) as sim:
@@ -78,7 +83,8 @@ def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, l
                 agent.close()
         truth = sim.truth()
         names = sim.vm_names
-    return truth, started, datetime.now(UTC), names
+        groups = {vm.name: vm.group for vm in sim.engine.vms.values()}
+    return truth, started, datetime.now(UTC), names, groups
 
 
 def _wait_settled(sim: SimServer, timeout: float) -> None:
@@ -88,7 +94,7 @@ def _wait_settled(sim: SimServer, timeout: float) -> None:
         truth = sim.truth()
         labels = {row["label"] for row in truth}
         settled = all(row["outcome"] != "active" for row in truth if row["label"] not in PENDING)
-        if settled and set(PENDING) <= labels and len(labels) >= 7:
+        if settled and set(PENDING) <= labels and len(labels) >= 8:
             return
         time.sleep(0.2)
     raise AssertionError("the scenario did not settle")
@@ -105,7 +111,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     """Runs the dashboards scenario once and loads every collector's outbox into embedded ClickHouse."""
     root = tmp_path_factory.mktemp("dash-seed")
-    truth, started, finished, names = _run_fleet(root / "vms")
+    truth, started, finished, names, groups = _run_fleet(root / "vms")
     with Outbox(root / "vms" / names[0] / "outbox.sqlite") as outbox:
         outbox.commit([POISON], None)
     target = f"chdb://{root / 'clickhouse'}"
@@ -114,7 +120,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     handler = Handler(Writer(client), source="outbox", stop=threading.Event())
     OutboxSource([str(root / "vms" / "*")], until_idle=True).run(handler, threading.Event())
     assert handler.stored > 0
-    yield Seeded(client, target, truth, started, finished, names)
+    yield Seeded(client, target, truth, started, finished, names, groups)
     client.close()
 
 

@@ -148,7 +148,8 @@ def test_events_table_equals_truth(seeded: Seeded, options: dict[str, tuple[str,
         assert row["source"] == truth["event_source"]
         assert row["outcome"] == truth["outcome"]
         assert row["vms"] == ", ".join(sorted(truth["resources"]))
-        assert row["fault_domains"] == ", ".join(str(fd) for fd in sorted({fd_of[v] for v in truth["resources"]}))
+        scoped = sorted({(seeded.groups[v], fd_of[v]) for v in truth["resources"]})
+        assert row["fault_domains"] == ", ".join(f"{group} / FD {fd}" for group, fd in scoped)
         assert row["affected"] == len(truth["resources"])
         assert close(row["first_seen_at"], truth["first_visible_at"])
         assert close(row["started_at"], truth["started_at"])

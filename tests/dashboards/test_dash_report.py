@@ -50,16 +50,21 @@ def _event(event_id: str, event_type: str, **extra: Any) -> dict[str, Any]:
         "impacted_vms": 2,
         "affected_vm_count": 1,
         "fault_domains": [0],
+        "fault_domain_labels": ["web / FD 0"],
     }
     return {**base, **extra}
 
 
-def _lane(event_id: str, vm: str, fd: int, started: bool = True, down_s: float | None = None) -> dict[str, Any]:
+def _lane(
+    event_id: str, vm: str, fd: int, started: bool = True, down_s: float | None = None, fault_set: str = "web"
+) -> dict[str, Any]:
     return {
         "event_id": event_id,
         "event_type": "Reboot",
         "vm_name": vm,
         "fault_domain": fd,
+        "fault_set": fault_set,
+        "fault_set_id": f"id-of-{fault_set}",
         "first_seen_at": T0,
         "started_at": T0 + timedelta(minutes=2) if started else None,
         "ended_at": T0 + timedelta(minutes=3),
@@ -118,12 +123,14 @@ def test_select_filters() -> None:
     by_vm = select(_data(vms=("vm-3",)))
     assert {e["event_id"] for e in by_vm.events} == {"AAAA-1"} and [x["vm_name"] for x in by_vm.lanes] == ["vm-3"]
     assert {e["event_id"] for e in select(_data(fault_domains=(1,))).events} == {"BBBB-2"}
+    assert select(_data(fault_sets=("api",))).events == []
+    assert {e["event_id"] for e in select(_data(fault_sets=("web",), fault_domains=(0,))).events} == {"AAAA-1"}
     assert select(_data(event_ids=("nope",))).events == []
 
 
 def test_impact_by_fault_domain() -> None:
     """Mean and max downtime the VMs hit in each fault domain measured; VMs not hit do not count."""
-    assert impact_by_fault_domain(_data()) == [("FD 0", [6.0, 7.5])]
+    assert impact_by_fault_domain(_data()) == [("web / FD 0", [6.0, 7.5])]
 
 
 def test_render_shows_the_downtime_of_each_vm() -> None:
@@ -134,6 +141,14 @@ def test_render_shows_the_downtime_of_each_vm() -> None:
     assert table.count("<tr>") == 4  # the head, vm-0, vm-3 and vm-9; vm-5 was not hit
     assert "vm-0</td><td>Reboot AAAA-1" in table and '<td class="num">7.5</td>' in table
     assert "vm-9</td><td>none announced</td><td>pause</td>" in table and '<td class="num">3.25</td>' in table
+
+
+def test_impact_by_fault_domain_keeps_sets_apart() -> None:
+    """FD 0 of availability set web and FD 0 of availability set api are two bars, never one."""
+    data = _data()
+    data.lanes.append(_lane("CCCC-3", "api-0", 0, down_s=12.0, fault_set="api"))
+    assert impact_by_fault_domain(data) == [("api / FD 0", [12.0, 12.0]), ("web / FD 0", [6.0, 7.5])]
+    assert "api / FD 0 / api-0 / Reboot CCCC-3" in render(data, generated_at=T0)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +191,7 @@ def _report(seeded: Seeded, out: Path, *extra: str) -> str:
 
 
 def test_report_from_the_pipeline(seeded: Seeded, tmp_path: Path) -> None:
-    """The CLI's table lists every true event; --event-type keeps only that type."""
+    """The CLI's table lists every true event; --event-type keeps only that type, --fault-set one set."""
     html = _report(seeded, tmp_path / "all.html")
     truth = seeded.events()
     rows = re.findall(r"<tr><td>([0-9A-F-]{36})</td><td>(\w+)</td>", html)
@@ -185,6 +200,12 @@ def test_report_from_the_pipeline(seeded: Seeded, tmp_path: Path) -> None:
     assert sorted(re.findall(r"<tr><td>([0-9A-F-]{36})</td>", reboots)) == sorted(
         e for e, t in truth.items() if t["event_type"] == "Reboot"
     )
+    # FD 0 of web and FD 0 of api were both hit: two bars, and the filters pick one domain of one set
+    assert "web / FD 0" in html and "api / FD 0" in html
+    api = _report(seeded, tmp_path / "api.html", "--fault-set", "api", "--fault-domain", "0")
+    assert re.findall(r"<tr><td>([0-9A-F-]{36})</td>", api) == [
+        e for e, t in truth.items() if seeded.groups[t["vm_name"]] == "api"
+    ]
 
 
 # Injected by the Chromium test only (users never get it): records that every chart was laid out with a real size.

@@ -73,7 +73,7 @@ def test_state_timeline_follows_lifecycles(seeded: Seeded, everything: dict[str,
     affected = _affected(seeded)
     assert len(lanes) == len(affected)
     for truth in affected:
-        lane = f"FD {truth['fault_domain']} / {truth['vm_name']} / {truth['event_id'][:8]}"
+        lane = f"{seeded.fd_label(truth)} / {truth['vm_name']} / {truth['event_id'][:8]}"
         expected: list[tuple[datetime, int]] = []
         if truth["first_visible_at"] != truth["started_at"]:
             expected.append((truth["first_visible_at"], 1))
@@ -97,11 +97,13 @@ def test_drill_down_one_event(seeded: Seeded, everything: dict[str, Selection]) 
     for row in rows:
         t = next(t for t in truth if t["vm_name"] == row["vm_name"])
         assert row["fault_domain"] == t["fault_domain"] and row["outcome"] == t["outcome"]
+        assert row["fault_set"] == seeded.groups[row["vm_name"]]
         assert close(row["started_at"], t["started_at"]) and close(row["ended_at"], t["ended_at"])
     by_fd = {
         r["fault_domain"]: r for r in _run(seeded, "sevents-timeline", "EventId by fault domain", variables).dicts()
     }
     assert set(by_fd) == {t["fault_domain"] for t in truth}
+    assert all(r["fault_set"] == "web" for r in by_fd.values())
     for fd, row in by_fd.items():
         assert row["observing_vms"] == sum(1 for t in truth if t["fault_domain"] == fd)
         assert row["affected_vms"] == sum(1 for t in truth if t["fault_domain"] == fd and t["affected"])
@@ -143,12 +145,16 @@ def test_approval_panels(seeded: Seeded, everything: dict[str, Selection]) -> No
 
 
 def test_impact_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
-    """Impact per fault domain and announced versus observed per event equal the simulated spans."""
+    """Impact per fault domain of each set and announced versus observed per event equal the simulated spans."""
     done = [t for t in _affected(seeded) if t["started_at"] is not None and t["ended_at"] is not None]
-    rows = {r["fault_domain"]: r for r in _run(seeded, "sevents-impact", "Impact per fault domain", everything).dicts()}
-    assert set(rows) == {f"FD {t['fault_domain']}" for t in done}
+    frame = _run(seeded, "sevents-impact", "Impact per fault domain", everything)
+    rows = {r["fault_domain"]: r for r in frame.dicts()}
+    assert len(rows) == len(frame.rows), "one row per fault domain of each set"
+    assert set(rows) == {seeded.fd_label(t) for t in done}
+    # the Reboot hit FD 0 of web and the Freeze FD 0 of api: two domains, two rows, never one row of both
+    assert {"web / FD 0", "api / FD 0"} <= set(rows)
     for fd_label, row in rows.items():
-        mine = [t for t in done if f"FD {t['fault_domain']}" == fd_label]
+        mine = [t for t in done if seeded.fd_label(t) == fd_label]
         spans = [(t["ended_at"] - t["started_at"]).total_seconds() for t in mine]
         assert row["events"] == len({t["event_id"] for t in mine})
         assert row["vms"] == len({t["vm_name"] for t in mine})
@@ -162,6 +168,15 @@ def test_impact_panels(seeded: Seeded, everything: dict[str, Selection]) -> None
         assert row["announced_s"] == t["duration_s"]
         if t["ended_at"] is not None:
             assert abs(row["observed_s"] - (t["ended_at"] - t["started_at"]).total_seconds()) <= 1.0
+
+
+def test_impact_per_fault_domain_keeps_the_set_when_one_vm_is_picked(seeded: Seeded) -> None:
+    """Picking web-0 leaves one row, labelled by web-0's set ("web / FD 0"), not by web-0 alone."""
+    chosen = selections(_options(seeded), vm=("web-0",))
+    rows = _run(seeded, "sevents-impact", "Impact per fault domain", chosen).dicts()
+    done = [t for t in _affected(seeded) if t["vm_name"] == "web-0" and t["ended_at"] and t["started_at"]]
+    assert [r["fault_domain"] for r in rows] == ["web / FD 0"]
+    assert rows[0]["events"] == len(done) and rows[0]["vms"] == 1
 
 
 def test_pipeline_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
@@ -214,14 +229,15 @@ def test_alert_rules(seeded: Seeded) -> None:
         assert {r["event_id"] for r in rows} == expected and len(rows) == len(expected) == 1
         figures = {
             ref: {r["event_id"]: r["value"] for r in _alert(seeded, uid, f"{ref}_query").dicts()}
-            for ref in ("status", "not_before", "vms", "fault_domains")
+            for ref in ("status", "not_before", "vms", "fault_domains", "sets")
         }
         for row in rows:
             t = truth[row["event_id"]]
             assert row["event_type"] == t["event_type"]
-            fds = {r["fault_domain"] for r in seeded.truth if r["event_id"] == t["event_id"] and r["affected"]}
+            fds = {seeded.fd_label(r) for r in seeded.truth if r["event_id"] == t["event_id"] and r["affected"]}
             assert figures["vms"][row["event_id"]] == len(t["resources"])
             assert figures["fault_domains"][row["event_id"]] == len(fds)
+            assert figures["sets"][row["event_id"]] == len({label.split(" / ")[0] for label in fds})
             assert figures["status"][row["event_id"]] == 1, "Scheduled"
             assert figures["not_before"][row["event_id"]] == int(t["not_before"].timestamp())
     silent = _alert(seeded, "sevents-collector-silent")
@@ -244,8 +260,8 @@ def test_state_timeline_carries_in_events_under_way(seeded: Seeded, everything: 
         run(seeded.client, query.sql, everything, context(start, seeded.finished + timedelta(minutes=1)))
     )
     for vm in reboot["resources"]:
-        fd = next(t["fault_domain"] for t in seeded.truth if t["vm_name"] == vm)
-        states = lanes[f"FD {fd} / {vm} / {reboot['event_id'][:8]}"]
+        fd = next(seeded.fd_label(t) for t in seeded.truth if t["vm_name"] == vm)
+        states = lanes[f"{fd} / {vm} / {reboot['event_id'][:8]}"]
         assert states[0] == (start, 2) and states[-1][1] == 0
     pending = [t for t in seeded.truth if t["label"] in PENDING and t["affected"]]
-    assert all(lanes[f"FD {t['fault_domain']} / {t['vm_name']} / {t['event_id'][:8]}"] == [(start, 1)] for t in pending)
+    assert all(lanes[f"{seeded.fd_label(t)} / {t['vm_name']} / {t['event_id'][:8]}"] == [(start, 1)] for t in pending)

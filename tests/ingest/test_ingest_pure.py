@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo import synthetic
-from demo.compare import compare, fault_domain_truth, observation_windows
+from demo.compare import compare, fault_domain_checks, fault_domain_truth, observation_windows
 from ingest.decode import decode_values
 from ingest.rows import Batch, insert_token
 from ingest.source import Delivery
@@ -115,10 +115,44 @@ def test_compare_accepts_values_within_tolerance_and_flags_the_rest() -> None:
 def test_fault_domain_truth_averages_affected_vms_only() -> None:
     """Per fault domain, only VMs named in Resources count, and only completed impacts."""
     truth = [truth_row("vm-a", 0), truth_row("vm-b", 1), truth_row("vm-c", 2)]
-    assert fault_domain_truth(truth) == {
-        0: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
-        1: {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
+    assert fault_domain_truth(truth, dict.fromkeys(("vm-a", "vm-b", "vm-c"), "web")) == {
+        ("web", 0): {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
+        ("web", 1): {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
     }
+
+
+# Two availability sets, each hit on its FD 0 by its own event (as the demo's web and api are).
+TWO_SETS = {"web-0": "web", "web-1": "web", "api-0": "api", "api-1": "api"}
+
+
+def _two_sets_truth() -> list[dict[str, Any]]:
+    web = [truth_row(vm, i, resources=["web-0"]) for i, vm in enumerate(("web-0", "web-1"))]
+    api = [truth_row(vm, i, event_id="E-2", resources=["api-0"]) for i, vm in enumerate(("api-0", "api-1"))]
+    return web + api
+
+
+def test_fault_domain_checks_catch_two_sets_added_together() -> None:
+    """FD 0 of web and FD 0 of api are two true domains: one row of two events fails, two rows of one pass."""
+    truth = _two_sets_truth()
+    assert set(fault_domain_truth(truth, TWO_SETS)) == {("web", 0), ("api", 0)}
+    scoped = [{"fault_set": group, "fault_domain": 0, "events": 1} for group in ("api", "web")]
+    assert all(c.ok for c in fault_domain_checks(scoped, truth, TWO_SETS))
+    mixed = [{"fault_set": "web", "fault_domain": 0, "events": 2}]
+    assert sorted((c.label, c.ok) for c in fault_domain_checks(mixed, truth, TWO_SETS)) == [
+        ("api / FD 0", False),
+        ("web / FD 0", False),
+    ]
+
+
+def test_compare_checks_each_events_domains_inside_its_set() -> None:
+    """With the fleet's groups, an event's fault_domain_labels must name the true set of its affected VMs."""
+    truth = _two_sets_truth()
+    event = {"event_id": "E-1", "fault_domains": [0], "affected_vms": ["web-0"]}
+    right = compare([{**event, "fault_domain_labels": ["web / FD 0"]}], truth, 1.0, groups=TWO_SETS)
+    wrong = compare([{**event, "fault_domain_labels": ["api / FD 0"]}], truth, 1.0, groups=TWO_SETS)
+    assert next(c for c in right if c.event_id == "E-1" and c.field == "fault_domain_labels").ok
+    assert not next(c for c in wrong if c.event_id == "E-1" and c.field == "fault_domain_labels").ok
+    assert "fault_domain_labels" not in {c.field for c in compare([event], truth, 1.0)}, "only with groups"
 
 
 def test_observed_times_are_judged_by_the_polls_around_the_truth() -> None:
