@@ -90,7 +90,7 @@ def test_fault_domain_summary_keeps_each_set_apart(ch: Any, db: str, handler: Ha
         "twin / FD 0",
         "web / FD 0",
     ]
-    assert all(r["avg_impact_s"] == 30.0 for r in rows)
+    assert all(r["avg_started_to_gone_s"] == 30.0 for r in rows)
 
 
 def test_one_event_per_fault_domain_names_its_set(ch: Any, db: str, handler: Handler) -> None:

@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo import synthetic
-from demo.compare import compare, fault_domain_checks, fault_domain_truth, observation_windows
+from demo.compare import compare, compare_downtime, fault_domain_checks, fault_domain_truth, observation_windows
 from ingest.decode import decode_values
 from ingest.rows import Batch, insert_token
 from ingest.source import Delivery
 from sevents.records import encode
+from simulator.state import DownSpan
 
 BASE = synthetic.BASE_TIME
 
@@ -73,6 +74,7 @@ def truth_row(vm: str, fd: int, **changes: Any) -> dict[str, Any]:
         "started_at": BASE + timedelta(seconds=40),
         "ended_at": BASE + timedelta(seconds=60),
         "outcome": "completed",
+        "down_s": 5.0 if vm in ("vm-a", "vm-b") else None,  # down from Started, as the simulator's VMs are
     }
     return {**row, **changes}
 
@@ -94,7 +96,7 @@ def ours(**changes: Any) -> dict[str, Any]:
         "ended_at": BASE + timedelta(seconds=60.2),
         "notice_s": 40.5,
         "approval_latency_s": 40.5,
-        "impact_s": 19.3,
+        "started_to_gone_s": 19.3,
     }
     return {**row, **changes}
 
@@ -113,12 +115,25 @@ def test_compare_accepts_values_within_tolerance_and_flags_the_rest() -> None:
 
 
 def test_fault_domain_truth_averages_affected_vms_only() -> None:
-    """Per fault domain, only VMs named in Resources count, and only completed impacts."""
-    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1), truth_row("vm-c", 2)]
+    """Per fault domain, only VMs named in Resources count; the downtime is what the VMs really went through."""
+    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1, down_s=7.0), truth_row("vm-c", 2)]
     assert fault_domain_truth(truth, dict.fromkeys(("vm-a", "vm-b", "vm-c"), "web")) == {
-        ("web", 0): {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
-        ("web", 1): {"events": 1, "avg_approval_latency_s": 40.0, "avg_impact_s": 20.0},
+        ("web", 0): {"events": 1, "avg_approval_latency_s": 40.0, "avg_observed_impact_s": 5.0},
+        ("web", 1): {"events": 1, "avg_approval_latency_s": 40.0, "avg_observed_impact_s": 7.0},
     }
+
+
+def test_compare_downtime_checks_the_longest_downtime_the_vms_hit_and_unannounced_pauses() -> None:
+    """Per event: the longest measured downtime within tolerance and the number of VMs hit, exactly; per pause no
+    event announced: a measured event-less downtime of that VM."""
+    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1, down_s=7.0), truth_row("vm-c", 2)]
+    pause = DownSpan("vm-c", "", "pause-0", BASE, BASE + timedelta(seconds=3), "pause")
+    good = ours(observed_impact_s=7.4, impacted_vms=2)
+    measured = [{"vm_name": "vm-c", "duration_s": 3.3, "event_id": ""}]
+    assert all(c.ok for c in compare_downtime([good], truth, measured, [pause], tolerance_s=1.0))
+    wrong = ours(observed_impact_s=19.3, impacted_vms=3)  # Started to gone, and a VM never hit counted
+    bad = compare_downtime([wrong], truth, [], [pause], tolerance_s=1.0)
+    assert {c.field for c in bad if not c.ok} == {"observed_impact_s", "impacted_vms", "unannounced_s"}
 
 
 # Two availability sets, each hit on its FD 0 by its own event (as the demo's web and api are).

@@ -129,6 +129,21 @@ def check_demo(s: SimServer, rows: list[dict[str, Any]]) -> None:
     assert 40 <= secs(s, ended - s.engine.start) / s.scenario.speed <= 75  # about a minute at its own speed
 
 
+def check_downtime(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """Each affected VM is down from its event's start for its down_s; a VM the event does not name is not."""
+    labels = by_label(rows)
+    down = {(r["label"], r["vm_name"]): r["down_s"] for r in rows if r["down_s"] is not None}
+    assert down == {("freeze", "web-0"): 4.0, ("reboot", "web-1"): 5.0}
+    assert all(r["down_at"] == r["started_at"] for r in rows if r["down_s"] is not None)
+    spans = {(d.vm_name, d.label, d.how): d.down_s for d in s.downtime()}
+    assert spans == {
+        ("web-0", "freeze", "pause"): 4.0,
+        ("web-1", "reboot", "reboot"): 5.0,
+        ("web-2", "pause-0", "pause"): 3.0,
+    }
+    assert labels["freeze"][0]["duration_s"] == 4  # a Freeze is down for what it announces
+
+
 CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "live-migration": check_live_migration,
     "platform-reboot": check_unapproved("Reboot"),
@@ -146,6 +161,7 @@ CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "multi-event": check_multi,
     "incarnation-reset": check_reset,
     "demo": check_demo,
+    "vm-downtime": check_downtime,
 }
 
 
