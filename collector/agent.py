@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sevents
@@ -56,7 +56,7 @@ class AgentError(Exception):
 
 def utc_now() -> datetime:
     """The real clock."""
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,8 @@ class Agent:
                 "transition",
                 extra={"kind": t.kind, "event_id": t.event_id, "status": t.status, "incarnation": t.incarnation},
             )
-        return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
+        assert len(batch) == len(seqs), "the outbox returns one seq per record"
+        return [{**r, "seq": s} for r, s in zip(batch, seqs)]
 
     def _impact_records(self, downtimes: Sequence[Downtime], after: Snapshot, api_version: str) -> list[dict[str, Any]]:
         """The records of measured downtimes, each with the event of this VM Started across it (or none)."""

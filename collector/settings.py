@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Optional
 from urllib.parse import urlsplit
 
 from collector.dhcp import DEFAULT_LEASE_GLOBS
@@ -55,7 +55,7 @@ class CollectorSettings:
     drain_timeout: float = 10.0  # on SIGTERM, how long shipping may take to empty the outbox
     eventhubs_namespace: str = ""  # fully qualified, e.g. myns.servicebus.windows.net (managed identity)
     eventhubs_name: str = ""
-    eventhubs_connection_string_file: Path | None = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
+    eventhubs_connection_string_file: Optional[Path] = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
     eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
     log_level: str = "info"
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
