@@ -404,6 +404,7 @@ class Agent:
         os.close(self._parts.lock_fd)
 
     def _refresh_outbox_metrics(self) -> None:
+        self.metrics.active((t.event.event_type, t.event.status) for t in self._snapshot.events)
         try:
             self.metrics.outbox(self.outbox.depth(), self.outbox.size_bytes(), self.outbox.drops())
         except OutboxError as error:

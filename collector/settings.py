@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
-from sevents.config import build, read_toml_section
+from sevents.config import build, host_port_problems, read_toml_section
 from sevents.errors import ConfigError
 
 SECTION: Final = "collector"
@@ -61,6 +61,7 @@ class CollectorSettings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
     tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
     pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
+    metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
 
     @property
     def outbox_path(self) -> Path:
@@ -113,6 +114,7 @@ def validate(s: CollectorSettings) -> list[str]:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
     if s.sink == "eventhubs":
         problems += _eventhubs_problems(s)
+    problems += host_port_problems("metrics_addr", s.metrics_addr)
     return problems
 
 

@@ -16,7 +16,7 @@ from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
 from ingest.decode import Limits
 from ingest.migrate import Target
-from sevents.config import build
+from sevents.config import build, host_port_problems
 
 SECTION: Final = "ingest"
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
@@ -59,6 +59,7 @@ class IngestSettings:
     checkpoint_connection_string_file: Path | None = None
     checkpoint_connection_string: str = field(default="", repr=False)  # env only
     log_level: str = "info"
+    metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
 
     @property
     def target(self) -> Target:
@@ -120,6 +121,7 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append("poll_interval must be positive")
     if s.log_level not in LOG_LEVELS:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+    problems += host_port_problems("metrics_addr", s.metrics_addr)
     return problems
 
 

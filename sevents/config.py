@@ -139,3 +139,23 @@ def convert(raw: Any, hint: Any) -> Any:
             raise ValueError(f"expected text, got {raw!r}")
         return str(raw)
     raise TypeError(f"unsupported setting type {hint!r}")
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6; port 0 picks a free one) -> (host, port); ValueError otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9464 or 0.0.0.0:9464), got {text!r}")
+    return host, int(port)
+
+
+def host_port_problems(name: str, text: str) -> list[str]:
+    """The problem with an optional ``HOST:PORT`` setting, if any (empty means not set)."""
+    if not text:
+        return []
+    try:
+        split_host_port(text)
+    except ValueError as error:
+        return [f"{name}: {error}"]
+    return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from sevents import isotime
 
-UTC = timezone.utc
+UTC = UTC
 
 
 @pytest.mark.parametrize(
