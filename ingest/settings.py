@@ -47,7 +47,7 @@ class IngestSettings:
     retry_cap: float = 30.0
     eventhubs_namespace: str = ""  # fully qualified; managed identity
     eventhubs_name: str = ""
-    eventhubs_consumer_group: str = "$Default"
+    eventhubs_consumer_group: str = "sevents-ingest"  # the group infra/azure/main.bicep creates
     # Seconds between a worker's claim/renew rounds, and how long a claim outlives a silent (dead) owner:
     # a dead worker's partitions are taken over after about ownership_expiry + load_balancing_interval.
     eventhubs_load_balancing_interval: float = 10.0
