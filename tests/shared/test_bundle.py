@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,10 +20,17 @@ from pathlib import Path
 import pytest
 
 from tests.collector_edges.fake_imds import FakeImds, event
+from tests.collector_edges.test_edges_metrics import LogReader, scrape, value, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_BYTES = 100 * 10**6
 CENTRAL_ONLY = ("chdb", "pyarrow", "pandas", "clickhouse_connect", "msgspec", "orjson")
+IMPORT_ALL = (
+    "import importlib, pkgutil, collector, sevents\n"
+    "for package in (collector, sevents):\n"
+    "    for module in pkgutil.iter_modules(package.__path__):\n"
+    "        importlib.import_module(package.__name__ + '.' + module.name)\n"
+)
 
 
 def _python39() -> str | None:
@@ -117,5 +125,39 @@ def test_bundle_installs_a_working_slim_collector_offline(python: str, tmp_path:
         [str(venv / "bin/python"), "-c", probe, *CENTRAL_ONLY], capture_output=True, text=True, check=True
     )
     assert found.stdout.strip() == ""
-    # The /metrics path imports on this interpreter too (it is loaded only when --metrics-addr is set).
-    subprocess.run([str(venv / "bin/python"), "-c", "import sevents.prometheus"], check=True, timeout=60)
+    # Every module of the collector side imports on this interpreter (newer syntax fails at import).
+    subprocess.run([str(venv / "bin/python"), "-c", IMPORT_ALL], check=True, timeout=120)
+    _scrape_a_running_collector(venv, tmp_path)
+
+
+def _scrape_a_running_collector(venv: Path, tmp_path: Path) -> None:
+    """``run --metrics-addr`` on the installed collector answers /metrics with its poll count."""
+    imds = FakeImds().start()
+    imds.set_document(1, [event("a")])
+    process = subprocess.Popen(
+        [
+            str(venv / "bin/sevents-collector"),
+            "run",
+            "--imds-url",
+            imds.base_url,
+            *_quick(tmp_path),
+            "--poll-interval",
+            "0.1",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=_offline_env(),
+    )
+    assert process.stderr is not None
+    logs = LogReader(process.stderr)
+    try:
+        port = logs.metrics_port()
+        wait_for(lambda: value(scrape(port), "sevents_collector_polls_total", ok="true") >= 2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.wait()
+        imds.stop()
