@@ -85,17 +85,14 @@ def test_daemonset_runs_on_every_node_with_imds_identity_and_durable_state() -> 
     assert state["hostPath"]["path"] == mount["mountPath"] == "/var/lib/sevents-collector"
 
 
-def test_config_map_is_a_valid_collector_configuration() -> None:
+def test_config_map_is_a_valid_collector_configuration(tmp_path: Path) -> None:
     """The collector.toml the pods read ships to Event Hubs and passes the collector's own validation."""
     from collector.settings import load_settings
 
     config = by_kind(documents(MANIFESTS.read_text()), "ConfigMap")["data"]["collector.toml"]
-    path = MANIFESTS.parent / "collector.toml.check"
-    try:
-        path.write_text(config)
-        settings = load_settings(file=path, env={})
-    finally:
-        path.unlink(missing_ok=True)
+    path = tmp_path / "collector.toml"
+    path.write_text(config)
+    settings = load_settings(file=path, env={})
     assert settings.sink == "eventhubs"
     assert settings.metrics_addr.endswith(":9464")
     assert tomllib.loads(config)["collector"]["state_dir"] == "/var/lib/sevents-collector"
