@@ -101,7 +101,7 @@ class Agent:
         self._downtimes_lock = threading.Lock()
         self._downtimes: list[Downtime] = [] if parts.rebooted is None else [parts.rebooted]
         # the snapshots of recent commits (committed at, snapshot): which events were Started when a downtime began
-        origin = datetime.min.replace(tzinfo=UTC)
+        origin = datetime.min.replace(tzinfo=timezone.utc)
         self._committed: deque[tuple[datetime, Snapshot]] = deque([(origin, parts.snapshot)], maxlen=SNAPSHOTS_KEPT)
         # Until the downtime across a reboot is stored, the previous boot's last moment alive is its only proof.
         self._alive_waiting = parts.alive if parts.rebooted is not None else None
