@@ -128,6 +128,10 @@ def test_bundle_installs_a_working_slim_collector_offline(python: str, tmp_path:
     # Every module of the collector side imports on this interpreter (newer syntax fails at import).
     subprocess.run([str(venv / "bin/python"), "-c", IMPORT_ALL], check=True, timeout=120)
     _scrape_a_running_collector(venv, tmp_path)
+    # The central side's command says what to install rather than failing with a traceback.
+    ingest = subprocess.run([str(venv / "bin/sevents-ingest"), "--help"], capture_output=True, text=True, check=False)
+    assert ingest.returncode == 1
+    assert "pip install 'sevents[central]'" in ingest.stderr and "Traceback" not in ingest.stderr
 
 
 def _scrape_a_running_collector(venv: Path, tmp_path: Path) -> None:
