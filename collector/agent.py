@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import sevents
@@ -56,7 +56,7 @@ class AgentError(Exception):
 
 def utc_now() -> datetime:
     """The real clock."""
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Agent:
         self._downtimes_lock = threading.Lock()
         self._downtimes: list[Downtime] = [] if parts.rebooted is None else [parts.rebooted]
         # the snapshots of recent commits (committed at, snapshot): which events were Started when a downtime began
-        origin = datetime.min.replace(tzinfo=UTC)
+        origin = datetime.min.replace(tzinfo=timezone.utc)
         self._committed: deque[tuple[datetime, Snapshot]] = deque([(origin, parts.snapshot)], maxlen=SNAPSHOTS_KEPT)
         # Until the downtime across a reboot is stored, the previous boot's last moment alive is its only proof.
         self._alive_waiting = parts.alive if parts.rebooted is not None else None
@@ -211,7 +211,8 @@ class Agent:
                 "transition",
                 extra={"kind": t.kind, "event_id": t.event_id, "status": t.status, "incarnation": t.incarnation},
             )
-        return [{**r, "seq": s} for r, s in zip(batch, seqs, strict=True)]
+        assert len(batch) == len(seqs), "the outbox returns one seq per record"
+        return [{**r, "seq": s} for r, s in zip(batch, seqs)]
 
     def _impact_records(self, downtimes: Sequence[Downtime], after: Snapshot, api_version: str) -> list[dict[str, Any]]:
         """The records of measured downtimes, each with the event of this VM Started across it (or none)."""
@@ -403,6 +404,7 @@ class Agent:
         os.close(self._parts.lock_fd)
 
     def _refresh_outbox_metrics(self) -> None:
+        self.metrics.active((t.event.event_type, t.event.status) for t in self._snapshot.events)
         try:
             self.metrics.outbox(self.outbox.depth(), self.outbox.size_bytes(), self.outbox.drops())
         except OutboxError as error:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.agent import AgentError
 from collector.decode import DecodeError
@@ -27,6 +27,11 @@ from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import make_meter_provider, otlp_configured
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from sevents.prometheus import MetricsServer
 
 log = logging.getLogger("collector")
 
@@ -64,6 +69,7 @@ _HELP = {
     "measured (default /proc/sys/kernel/random/boot_id)",
     "tick_interval": "seconds between the ticks that measure pauses of the VM (default 0.5)",
     "pause_min": "a gap between ticks at least this long is recorded as a pause of the VM (default 1.5)",
+    "metrics_addr": "run: serve /metrics for Prometheus on HOST:PORT, e.g. 0.0.0.0:9464 (default: none)",
 }
 
 _EPILOG = """\
@@ -72,8 +78,9 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
 exit status: 0 ok, 1 the poll failed or its changes could not be stored (once), 2 invalid configuration
-(every problem is listed), 3 fatal: the state directory is in use or unusable, or (once) the outbox cannot
-be opened, 130 interrupted (once). `run` never exits for IMDS, its answers or a full disk: it retries.
+(every problem is listed), 3 fatal: the state directory is in use or unusable, --metrics-addr cannot be
+bound, or (once) the outbox cannot be opened, 130 interrupted (once). `run` never exits for IMDS, its
+answers or a full disk: it retries.
 """
 
 
@@ -218,9 +225,33 @@ def _stop_on_signals(stop: threading.Event) -> None:
 def _run(settings: CollectorSettings) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
-    # Without an OTLP endpoint no figure would leave the process: the agent records into the API's no-op
-    # provider then, and the SDK (megabytes of a daemon meant to be small) is never imported.
-    provider = make_meter_provider("sevents-collector") if otlp_configured() else None
+    metrics_server = _metrics_server(settings.metrics_addr)
+    # Without an OTLP endpoint or /metrics no figure would leave the process: the agent records into the API's
+    # no-op provider then, and the SDK (megabytes of a daemon meant to be small) is never imported.
+    readers = [] if metrics_server is None else [metrics_server.reader]
+    provider = make_meter_provider("sevents-collector", readers=readers) if readers or otlp_configured() else None
+    try:
+        return _run_agent(settings, stop, provider)
+    finally:
+        if provider is not None:
+            provider.shutdown()
+        if metrics_server is not None:
+            metrics_server.close()
+
+
+def _metrics_server(addr: str) -> MetricsServer | None:
+    """The /metrics endpoint when ``metrics_addr`` is set; an address that cannot be bound is fatal at start."""
+    if not addr:
+        return None
+    from sevents import prometheus  # the SDK and prometheus_client only when asked for
+
+    try:
+        return prometheus.serve(addr)
+    except OSError as error:
+        raise AgentError(f"cannot serve /metrics on {addr}: {error.strerror or error}") from error
+
+
+def _run_agent(settings: CollectorSettings, stop: threading.Event, provider: MeterProvider | None) -> int:
     try:
         # An outbox that cannot be opened (a full disk) is waited out, never a reason to exit: a supervisor
         # restarting us would find the same disk, and meanwhile nobody would try again.
@@ -232,8 +263,6 @@ def _run(settings: CollectorSettings) -> int:
             on_retry=lambda note: log.error("cannot open the outbox; trying again", extra={"error": str(note.error)}),
         )
     except RetryInterrupted:
-        if provider is not None:
-            provider.shutdown()
         return EXIT_OK
     try:
         agent.run(stop)
@@ -241,8 +270,6 @@ def _run(settings: CollectorSettings) -> int:
         pass
     finally:
         agent.close()
-        if provider is not None:
-            provider.shutdown()
     return EXIT_OK
 
 

@@ -38,11 +38,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from collector.model import Document, Event
+from sevents import isotime
 
 
 class DecodeError(ValueError):
@@ -88,14 +89,11 @@ def parse_not_before(value: Any, where: str = "NotBefore") -> datetime | None:
     if not text:
         return None
     try:
-        if _ISO.match(text):
-            # .NET writes seven fractional digits; Python reads at most six.
-            moment = datetime.fromisoformat(_EXTRA_DIGITS.sub(r"\1", text.replace("z", "Z")))
-        else:
-            moment = parsedate_to_datetime(text)
+        # .NET writes seven fractional digits; isotime keeps six.
+        moment = isotime.parse(text) if _ISO.match(text) else parsedate_to_datetime(text)
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC)
+            moment = moment.replace(tzinfo=timezone.utc)
+        return moment.astimezone(timezone.utc)
     except (ValueError, TypeError, IndexError, OverflowError) as e:
         # parsedate_to_datetime raises several kinds for junk, depending on how far parsing got.
         raise DecodeError(f"{where} {_clip(text)!r} is not a time in RFC 1123 or ISO 8601 form") from e
@@ -105,7 +103,6 @@ _ISO = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
-_EXTRA_DIGITS = re.compile(r"(\.[0-9]{6})[0-9]+")
 _MAX_SHOWN = 80
 
 

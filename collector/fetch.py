@@ -237,7 +237,7 @@ def bounded_get(
         raise result
     if isinstance(result, TimeoutError):  # socket.timeout: connecting, or one read, took the whole deadline
         raise FetchError("timeout", f"no answer from {url} in time: {result}") from result
-    if isinstance(result, http.client.HTTPException | OSError):
+    if isinstance(result, (http.client.HTTPException, OSError)):
         # Refused or unreachable before the request left; a malformed, short or reset answer after it.
         detail = _reason(result)
         if sent:

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Final
 
 import sevents
@@ -273,5 +273,5 @@ def _http_error(answer: Answer) -> ImdsError:
         offered = newest_versions(answer.body)
         if offered is not None:
             return ImdsError("version", f"IMDS refused the api-version: {detail}", status, offered=offered)
-    retry_after = parse_retry_after(answer.headers.get("retry-after"), datetime.now(UTC))
+    retry_after = parse_retry_after(answer.headers.get("retry-after"), datetime.now(timezone.utc))
     return ImdsError(kind, f"IMDS answered {status} for {answer.url}: {detail}", status, retry_after=retry_after)

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Final
 
@@ -93,7 +93,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=timezone.utc)
     return max(0.0, (moment - now).total_seconds())
 
 

@@ -1,4 +1,4 @@
-"""The collector's OpenTelemetry instruments: polls, poll errors, IMDS latency, transitions, outbox, drops.
+"""The collector's OpenTelemetry instruments: polls, poll errors, IMDS latency, transitions, outbox, drops, events.
 
 Counters are updated where things happen; the outbox figures (depth, bytes, drops by reason) are
 observable instruments that report the last values the agent read from the outbox, so an export never
@@ -15,6 +15,9 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 import sevents
 
 METER_NAME = "sevents.collector"
+# IMDS answers in milliseconds and may take up to two minutes on a VM's first call (the SDK's default buckets
+# are for milliseconds).
+LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 130.0)
 
 
 class CollectorMetrics:
@@ -27,12 +30,16 @@ class CollectorMetrics:
         self._depth = 0
         self._bytes = 0
         self._drops: dict[str, int] = {}
+        self._active: dict[tuple[str, str], int] = {}
         self.polls = meter.create_counter("sevents.collector.polls", unit="{poll}", description="Polls made")
         self.poll_errors = meter.create_counter(
             "sevents.collector.poll_errors", unit="{error}", description="Failed IMDS requests by kind"
         )
         self.imds_latency = meter.create_histogram(
-            "sevents.collector.imds_latency", unit="s", description="Latency of successful IMDS requests"
+            "sevents.collector.imds_latency",
+            unit="s",
+            description="Latency of successful IMDS requests",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
         )
         self.transitions = meter.create_counter(
             "sevents.collector.transitions", unit="{transition}", description="Transitions committed by kind"
@@ -45,6 +52,12 @@ class CollectorMetrics:
         )
         meter.create_observable_counter(
             "sevents.collector.drops", [self._observe_drops], unit="{record}", description="Drops by reason"
+        )
+        meter.create_observable_gauge(
+            "sevents.collector.active_events",
+            [self._observe_active],
+            unit="{event}",
+            description="Events in the last document diffed, by type and status",
         )
 
     def poll(self, ok: bool) -> None:
@@ -67,6 +80,19 @@ class CollectorMetrics:
         """The outbox figures as last read."""
         with self._lock:
             self._depth, self._bytes, self._drops = depth, size, dict(drops)
+
+    def active(self, events: Iterable[tuple[str, str]]) -> None:
+        """The (event type, status) of each event IMDS currently shows; a pair seen before and gone reads 0."""
+        seen: dict[tuple[str, str], int] = {}
+        for pair in events:
+            seen[pair] = seen.get(pair, 0) + 1
+        with self._lock:
+            self._active = {**dict.fromkeys(self._active, 0), **seen}
+
+    def _observe_active(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            labels = self._labels
+            return [Observation(n, {**labels, "event_type": t, "status": s}) for (t, s), n in self._active.items()]
 
     def _observe_depth(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._lock:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Final
+
+from sevents import isotime
 
 # Event statuses IMDS documents (there is no "Completed": a finished event disappears).
 STATUS_SCHEDULED: Final = "Scheduled"
@@ -160,7 +162,7 @@ class VmIdentity:
 
 
 def _time_out(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(UTC).isoformat()
+    return None if moment is None else moment.astimezone(timezone.utc).isoformat()
 
 
 def _time_in(text: Any) -> datetime | None:
@@ -172,10 +174,10 @@ def _time_in(text: Any) -> datetime | None:
 def _time_in_required(text: Any) -> datetime:
     if not isinstance(text, str):
         raise ValueError(f"bad timestamp {text!r}")
-    moment = datetime.fromisoformat(text)
+    moment = isotime.parse(text)
     if moment.tzinfo is None:
         raise ValueError(f"naive timestamp {text!r}")
-    return moment.astimezone(UTC)
+    return moment.astimezone(timezone.utc)
 
 
 def _event_out(e: Event) -> dict[str, Any]:

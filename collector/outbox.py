@@ -31,7 +31,7 @@ Errors::
 from __future__ import annotations
 
 import logging
-import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -207,10 +207,9 @@ class Outbox:
 
     def _free_bytes(self) -> int:
         try:
-            stat = os.statvfs(self.path.parent)
+            return shutil.disk_usage(self.path.parent).free  # statvfs's f_bavail; also on Windows
         except OSError:
             return 2**62  # unknown: let SQLite be the judge
-        return stat.f_bavail * stat.f_frsize
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database and cut it off once it outgrew ``WAL_LIMIT`` (best effort, never waiting).

@@ -10,13 +10,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Optional
 from urllib.parse import urlsplit
 
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
-from sevents.config import build, read_toml_section
+from sevents.config import build, host_port_problems, read_toml_section
 from sevents.errors import ConfigError
 
 SECTION: Final = "collector"
@@ -55,12 +55,13 @@ class CollectorSettings:
     drain_timeout: float = 10.0  # on SIGTERM, how long shipping may take to empty the outbox
     eventhubs_namespace: str = ""  # fully qualified, e.g. myns.servicebus.windows.net (managed identity)
     eventhubs_name: str = ""
-    eventhubs_connection_string_file: Path | None = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
+    eventhubs_connection_string_file: Optional[Path] = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
     eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
     log_level: str = "info"
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
     tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
     pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
+    metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
 
     @property
     def outbox_path(self) -> Path:
@@ -113,6 +114,7 @@ def validate(s: CollectorSettings) -> list[str]:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
     if s.sink == "eventhubs":
         problems += _eventhubs_problems(s)
+    problems += host_port_problems("metrics_addr", s.metrics_addr)
     return problems
 
 

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Final, Protocol
 
 from collector.model import Snapshot
 
 log = logging.getLogger(__name__)
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _lock(fd: int) -> None:
+        # A byte-range lock on the first byte: like flock, Windows drops it when the process dies.
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
 
 LOCK_FILE: Final = "collector.lock"
 BALLAST_FILE: Final = "disk-reserve"
@@ -31,12 +46,12 @@ def lock_state_dir(state_dir: Path) -> int:
     """Take the directory's lock, or raise StateDirInUse; the open descriptor (closing it releases the lock).
 
     Two collectors on one directory would overwrite each other's snapshot and emit each other's transitions.
-    The lock is advisory (flock) and released by the kernel when the process dies, so a SIGKILL leaves no
-    stale lock behind.
+    The lock is advisory (flock; msvcrt.locking on Windows) and released by the kernel when the process dies,
+    so a SIGKILL leaves no stale lock behind.
     """
     fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock(fd)
     except OSError as error:
         os.close(fd)
         raise StateDirInUse(f"state directory {state_dir} is in use by another collector") from error
@@ -53,8 +68,7 @@ def keep_ballast(state_dir: Path) -> None:
     try:
         if path.exists():
             return
-        stat = os.statvfs(state_dir)
-        if stat.f_bavail * stat.f_frsize < 4 * BALLAST_BYTES:
+        if shutil.disk_usage(state_dir).free < 4 * BALLAST_BYTES:
             return  # too little room to set any aside: the ballast would be what fills the disk
         with path.open("wb") as out:
             out.write(b"\0" * BALLAST_BYTES)

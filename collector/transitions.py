@@ -24,7 +24,7 @@ ValueError).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Final
 
 from collector.model import (
@@ -69,7 +69,7 @@ def diff(prev: Snapshot, doc: Document, observed_at: datetime) -> tuple[Snapshot
     """
     if observed_at.tzinfo is None:
         raise ValueError("observed_at must be timezone-aware")
-    now = observed_at.astimezone(UTC)
+    now = observed_at.astimezone(timezone.utc)
     before = prev.by_id()
     same_content = _same_content(prev, doc, before)
     if same_content and prev.incarnation == doc.incarnation:

@@ -22,7 +22,8 @@ from ingest.migrate import migrate
 from ingest.output import FORMATS, render
 from ingest.settings import IngestSettings, load
 from ingest.wiring import build, open_client
-from sevents.errors import EXIT_STATUS, ConfigError, exit_code
+from sevents import prometheus
+from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import make_meter_provider
 
@@ -69,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-max-records", type=int, help="records per insert at most (default 10000)")
     p.add_argument("--batch-max-wait", type=float, help="seconds a partial batch waits for more (default 1)")
     p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+    p.add_argument("--metrics-addr", metavar="HOST:PORT", help="serve /metrics for Prometheus there, e.g. 0.0.0.0:9465")
     p.add_argument(
         "--clickhouse-lock-wait",
         type=float,
@@ -173,6 +175,7 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
             "clickhouse_lock_wait",
             "eventhubs_load_balancing_interval",
             "eventhubs_ownership_expiry",
+            "metrics_addr",
         )
     }
     return load(file=args.config, env=os.environ, flags=flags)
@@ -211,14 +214,25 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    provider = make_meter_provider("sevents-ingest")
-    pipeline = build(
-        settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
-    )
-    log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
-    pipeline.source.run(pipeline.handler, stop)
-    log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
-    provider.shutdown()
+    metrics_server = None
+    if settings.metrics_addr:
+        try:
+            metrics_server = prometheus.serve(settings.metrics_addr)
+        except OSError as error:
+            print(f"sevents-ingest: cannot serve /metrics on {settings.metrics_addr}: {error}", file=sys.stderr)
+            return int(ExitCode.FAILED)
+    provider = make_meter_provider("sevents-ingest", readers=[] if metrics_server is None else [metrics_server.reader])
+    try:
+        pipeline = build(
+            settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
+        )
+        log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
+        pipeline.source.run(pipeline.handler, stop)
+        log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
+    finally:
+        provider.shutdown()
+        if metrics_server is not None:
+            metrics_server.close()
     return 0
 
 

@@ -16,7 +16,7 @@ from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
 from ingest.decode import Limits
 from ingest.migrate import Target
-from sevents.config import build
+from sevents.config import build, host_port_problems
 
 SECTION: Final = "ingest"
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
@@ -47,7 +47,7 @@ class IngestSettings:
     retry_cap: float = 30.0
     eventhubs_namespace: str = ""  # fully qualified; managed identity
     eventhubs_name: str = ""
-    eventhubs_consumer_group: str = "$Default"
+    eventhubs_consumer_group: str = "sevents-ingest"  # the group infra/azure/main.bicep creates
     # Seconds between a worker's claim/renew rounds, and how long a claim outlives a silent (dead) owner:
     # a dead worker's partitions are taken over after about ownership_expiry + load_balancing_interval.
     eventhubs_load_balancing_interval: float = 10.0
@@ -59,6 +59,7 @@ class IngestSettings:
     checkpoint_connection_string_file: Path | None = None
     checkpoint_connection_string: str = field(default="", repr=False)  # env only
     log_level: str = "info"
+    metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
 
     @property
     def target(self) -> Target:
@@ -120,6 +121,7 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append("poll_interval must be positive")
     if s.log_level not in LOG_LEVELS:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+    problems += host_port_problems("metrics_addr", s.metrics_addr)
     return problems
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything sevents needs on a fresh machine, idempotently.
-#   bash scripts/setup.sh          the package and its runtime dependencies in .venv
-#   bash scripts/setup.sh --test   also the test tools: pytest, Azurite (npm), headless Chromium (apt)
+#   bash scripts/setup.sh          the package with its central side (.[central]: ingest, chDB, dashboards) in .venv
+#   bash scripts/setup.sh --test   also the test tools (.[central,dev]), Azurite (npm), headless Chromium (apt)
+# A VM that runs only the collector needs neither: `pip install .` (or scripts/bundle-collector.sh offline).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want_test=0
@@ -13,8 +14,8 @@ if [ ! -x .venv/bin/python ]; then
   say "creating .venv with $(python3 --version)"
   python3 -m venv .venv
 fi
-extras="."
-[ $want_test = 1 ] && extras=".[dev]"
+extras=".[central]"
+[ $want_test = 1 ] && extras=".[central,dev]"
 say "installing sevents ($extras) into .venv"
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
 .venv/bin/pip install --quiet --disable-pip-version-check -e "$extras"

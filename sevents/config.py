@@ -8,7 +8,7 @@ converts and validates every value, and raises one ConfigError listing every pro
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sevents.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the collector runs on 3.9 and 3.10 too
+    import tomli as tomllib
+
+# ``Path | None`` written in an evaluated annotation is a types.UnionType from 3.10 on; 3.9 has typing.Union only.
+_UNIONS: tuple[Any, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
 
 T = TypeVar("T")
 
@@ -94,7 +102,7 @@ def build(
 def convert(raw: Any, hint: Any) -> Any:
     """Convert a flag, environment string or TOML value to the declared type."""
     origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
+    if origin in _UNIONS:
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         if raw is None or (isinstance(raw, str) and raw == "" and len(options) == 1 and options[0] is not str):
             return None
@@ -127,7 +135,27 @@ def convert(raw: Any, hint: Any) -> Any:
     if hint is Path:
         return Path(str(raw)).expanduser()
     if hint is str:
-        if not isinstance(raw, str | int | float):
+        if not isinstance(raw, (str, int, float)):
             raise ValueError(f"expected text, got {raw!r}")
         return str(raw)
     raise TypeError(f"unsupported setting type {hint!r}")
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6; port 0 picks a free one) -> (host, port); ValueError otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9464 or 0.0.0.0:9464), got {text!r}")
+    return host, int(port)
+
+
+def host_port_problems(name: str, text: str) -> list[str]:
+    """The problem with an optional ``HOST:PORT`` setting, if any (empty means not set)."""
+    if not text:
+        return []
+    try:
+        split_host_port(text)
+    except ValueError as error:
+        return [f"{name}: {error}"]
+    return []

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
+
+from sevents import isotime
 
 SCHEMA_VERSION: Final = 1
 RECORD_TRANSITION: Final = "transition"
@@ -266,7 +267,7 @@ def is_wire_time(value: Any) -> bool:
     if type(value) is not str or len(value) != 24 or value[10] != "T" or value[23] != "Z":
         return False
     try:
-        moment = datetime.fromisoformat(value)
+        moment = isotime.parse(value)
     except ValueError:
         return False
     return TIME_YEARS[0] <= moment.year <= TIME_YEARS[1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 # Attributes every LogRecord has; anything else was passed through ``extra``.
@@ -21,7 +21,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def _timestamp(record: logging.LogRecord) -> str:
-    moment = datetime.fromtimestamp(record.created, UTC)
+    moment = datetime.fromtimestamp(record.created, timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Final
 
-from sevents import contract
+from sevents import contract, isotime
 
 SCHEMA_VERSION: Final = contract.SCHEMA_VERSION
 CONTENT_TYPE: Final = "application/json"
@@ -75,7 +75,7 @@ def format_time(moment: datetime) -> str:
     """UTC, millisecond precision, ``Z`` suffix: the only timestamp form on the wire."""
     if moment.tzinfo is None:
         raise ValueError("naive datetime: wire timestamps must be timezone-aware")
-    utc = moment.astimezone(UTC)
+    utc = moment.astimezone(timezone.utc)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
@@ -83,8 +83,8 @@ def parse_time(text: str) -> datetime:
     """Inverse of ``format_time``; raises ValueError on anything else."""
     if not text.endswith("Z"):
         raise ValueError(f"wire timestamp must end in Z: {text!r}")
-    moment = datetime.fromisoformat(text[:-1] + "+00:00")
-    return moment.astimezone(UTC)
+    moment = isotime.parse(text)
+    return moment.astimezone(timezone.utc)
 
 
 def encode(record: Mapping[str, Any]) -> bytes:

@@ -1,7 +1,9 @@
 // sevents on Azure: the Event Hubs transport and the blob container that holds ingest checkpoints.
 //
 // Least privilege, all through Microsoft Entra ID (managed identities):
-//   - each VM (or scale set) identity: "Azure Event Hubs Data Sender" on the event hub only;
+//   - one user-assigned identity shared by every collector (attach it to each VM, scale set or AKS node pool,
+//     or federate it with the collector's Kubernetes service account): "Azure Event Hubs Data Sender" on the
+//     event hub only. One role assignment for the whole fleet: a subscription allows 4,000 of them;
 //   - the ingest identity: "Azure Event Hubs Data Receiver" on the event hub only, and
 //     "Storage Blob Data Contributor" on the checkpoint container only.
 // Shared keys are off unless allowSasFallback is true; then one Send-only SAS rule exists on the hub
@@ -47,8 +49,14 @@ param storageAccountName string
 
 param checkpointContainerName string = 'sevents-checkpoints'
 
-@description('Principal (object) ids of the VM or scale-set managed identities that run collectors.')
-param collectorPrincipalIds array = []
+@description('Name of the user-assigned identity every collector uses (its client id is output collectorClientId).')
+param collectorIdentityName string = 'sevents-collectors'
+
+@description('AKS: OIDC issuer URL of the cluster (az aks show --query oidcIssuerProfile.issuerUrl); empty: no AKS.')
+param aksOidcIssuerUrl string = ''
+
+@description('AKS: namespace and service account of the collector DaemonSet (infra/helm), federated with the identity.')
+param aksServiceAccountSubject string = 'system:serviceaccount:sevents:sevents-collector'
 
 @description('Principal (object) id of the managed identity that runs sevents-ingest.')
 param ingestPrincipalId string
@@ -132,17 +140,33 @@ resource checkpointContainer 'Microsoft.Storage/storageAccounts/blobServices/con
   }
 }
 
-resource collectorsSend 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
-  for principalId in collectorPrincipalIds: {
-    scope: hub
-    name: guid(hub.id, principalId, roleEventHubsDataSender)
-    properties: {
-      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleEventHubsDataSender)
-      principalId: principalId
-      principalType: 'ServicePrincipal'
-    }
+resource collectorIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: collectorIdentityName
+  location: location
+}
+
+// Workload identity: pods of the collector's service account exchange their token for this identity's.
+resource collectorFederation 'Microsoft.ManagedIdentity/userAssignedIdentities/federatedIdentityCredentials@2023-01-31' = if (!empty(aksOidcIssuerUrl)) {
+  parent: collectorIdentity
+  name: 'aks-sevents-collector'
+  properties: {
+    issuer: aksOidcIssuerUrl
+    subject: aksServiceAccountSubject
+    audiences: [
+      'api://AzureADTokenExchange'
+    ]
   }
-]
+}
+
+resource collectorsSend 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  scope: hub
+  name: guid(hub.id, collectorIdentity.id, roleEventHubsDataSender)
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleEventHubsDataSender)
+    principalId: collectorIdentity.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
 
 resource ingestReceive 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   scope: hub
@@ -170,7 +194,7 @@ output eventhubsNamespace string = '${namespace.name}.servicebus.windows.net'
 @description('Collector and ingest setting eventhubs_name.')
 output eventhubsName string = hub.name
 
-@description('Ingest setting eventhubs_consumer_group.')
+@description('Ingest setting eventhubs_consumer_group (sevents-ingest, the ingest\'s default).')
 output eventhubsConsumerGroup string = consumerGroup.name
 
 @description('Ingest setting checkpoint_blob_url.')
@@ -178,3 +202,9 @@ output checkpointBlobUrl string = storage.properties.primaryEndpoints.blob
 
 @description('Ingest setting checkpoint_container.')
 output checkpointContainer string = checkpointContainer.name
+
+@description('AZURE_CLIENT_ID of the collectors (managed identity on VMs; workloadIdentity.clientId of the Helm chart).')
+output collectorClientId string = collectorIdentity.properties.clientId
+
+@description('Resource id of the collectors\' identity: attach it to VMs, scale sets or node pools (identity.userAssignedIdentities).')
+output collectorIdentityId string = collectorIdentity.id

@@ -276,7 +276,7 @@ def test_status_help_says_what_it_prints_and_its_exit_status() -> None:
 
 # What the collector must not load: each costs megabytes of resident memory (issue 17's 34 MiB budget), and
 # none is on the poll path. The Event Hubs sink and the OTLP exporter import theirs only when configured.
-HEAVY = ("requests", "urllib3", "charset_normalizer", "azure", "msgspec", "orjson", "hypothesis")
+HEAVY = ("requests", "urllib3", "charset_normalizer", "azure", "msgspec", "orjson", "hypothesis", "prometheus_client")
 HEAVY += ("ingest", "dashboards", "simulator", "demo")  # the collector's own arrows point only to sevents
 
 

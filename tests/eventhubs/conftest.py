@@ -16,7 +16,7 @@ from tests.eventhubs.hub_store import HubStore
 @pytest.fixture
 def endpoint() -> Iterator[EventHubsEndpoint]:
     """A fresh four-partition hub named ``hub`` on 127.0.0.1 with a free port."""
-    server = EventHubsEndpoint(HubStore("hub", 4, consumer_groups=("$Default", "audit"))).start()
+    server = EventHubsEndpoint(HubStore("hub", 4, consumer_groups=("$Default", "audit", "sevents-ingest"))).start()
     yield server
     server.stop()
 

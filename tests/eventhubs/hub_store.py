@@ -81,7 +81,10 @@ class HubStore:
     """All partitions of one event hub; thread-safe, shared by the AMQP server and test code."""
 
     def __init__(
-        self, name: str = "hub", partition_count: int = 4, consumer_groups: tuple[str, ...] = ("$Default",)
+        self,
+        name: str = "hub",
+        partition_count: int = 4,
+        consumer_groups: tuple[str, ...] = ("$Default", "sevents-ingest"),
     ) -> None:
         self.name = name
         self.consumer_groups = set(consumer_groups)

@@ -74,7 +74,7 @@ def test_run_help_documents_the_balancing_flags() -> None:
 
 
 def _owners(store: Any, endpoint: EventHubsEndpoint) -> dict[str, str]:
-    owned = store.list_ownership(f"{endpoint.host}:{endpoint.port}", "hub", "$Default")
+    owned = store.list_ownership(f"{endpoint.host}:{endpoint.port}", "hub", "sevents-ingest")
     return {o["partition_id"]: o.get("owner_id") or "" for o in owned}
 
 
@@ -137,7 +137,7 @@ def test_a_killed_cli_workers_partitions_are_taken_over_within_the_configured_ex
         last = {p: len(endpoint.store.events(p)) - 1 for p in partitions}
 
         def checkpointed() -> bool:
-            found = store.list_checkpoints(f"{endpoint.host}:{endpoint.port}", "hub", "$Default")
+            found = store.list_checkpoints(f"{endpoint.host}:{endpoint.port}", "hub", "sevents-ingest")
             done = {c["partition_id"]: c["sequence_number"] for c in found}
             return all(done.get(p, -1) == seq for p, seq in last.items() if seq >= 0)
 

@@ -88,7 +88,7 @@ def test_ingest_cli_loads_the_hub_into_clickhouse_and_checkpoints(
     last = {p: len(secret_endpoint.store.events(p)) - 1 for p in secret_endpoint.store.partition_ids}
 
     def checkpointed() -> bool:
-        found = store.list_checkpoints(f"{secret_endpoint.host}:{secret_endpoint.port}", "hub", "$Default")
+        found = store.list_checkpoints(f"{secret_endpoint.host}:{secret_endpoint.port}", "hub", "sevents-ingest")
         done = {c["partition_id"]: c["sequence_number"] for c in found}
         return all(done.get(p, -1) == seq for p, seq in last.items() if seq >= 0)
 
