@@ -59,27 +59,28 @@ def event_for(downtime: Downtime, before: Snapshot, after: Snapshot, vm_name: st
     ``before`` is the last snapshot committed before the downtime began, ``after`` one diffed after it ended.
     Among several candidates, one of a type that causes this kind of downtime wins, then the surest evidence.
     """
-    after_by_id = after.by_id()
+    then, now = before.by_id(), after.by_id()
     ranked: list[tuple[bool, int, tuple[int, ...], Event]] = []
-    seen: set[str] = set()
-    for tracked in (*after.events, *before.events):
+    for event_id in then.keys() | now.keys():
+        first, later = then.get(event_id), now.get(event_id)
+        tracked = later if later is not None else first
+        assert tracked is not None  # the id came from one of the two
         event = tracked.event
-        if event.event_id in seen or not affects(event, vm_name):
+        if not affects(event, vm_name):
             continue
-        seen.add(event.event_id)
-        evidence = _started_evidence(event, after_by_id.get(event.event_id))
+        evidence = _started_evidence(first, later)
         if evidence:
             fits = event.event_type in CAUSES.get(downtime.detected_by, ())
-            ranked.append((fits, evidence, _reverse(event.event_id), event))
+            ranked.append((fits, evidence, _reverse(event_id), event))
     return max(ranked, key=lambda r: r[:3])[3] if ranked else None
 
 
-def _started_evidence(first: Event, later: Tracked | None) -> int:
+def _started_evidence(first: Tracked | None, later: Tracked | None) -> int:
     """How surely an event was Started across the downtime: 3 Started after it, 2 Started before it, 1 gone after
     it (started and ended meanwhile, or cancelled: the weakest), 0 not Started at all."""
     if later is not None and later.event.status == STATUS_STARTED:
         return 3
-    if first.status == STATUS_STARTED:
+    if first is not None and first.event.status == STATUS_STARTED:
         return 2
     return 1 if later is None else 0
 
