@@ -24,7 +24,7 @@ from typing import Any
 from collector.agent import Agent
 from collector.settings import OUTBOX_FILE, CollectorSettings
 from collector.wiring import build_agent
-from demo.processes import CollectorProcess, Downtimes, collector_process
+from demo.processes import CollectorProcess, Downtimes, start_collectors
 from ingest.clickhouse import _locked
 from ingest.errors import TargetError
 from ingest.settings import IngestSettings
@@ -164,9 +164,11 @@ def start(
     )
     run = FleetRun(workdir, sim, settings, poll_interval)
     try:
-        sim.start()
         if processes:
             _start_processes(run, workdir / "collectors", heartbeat_interval)
+        sim.start()
+        if processes:
+            _follow_downtime(run)
         base = CollectorSettings()
         for name in [] if processes else sim.vm_names:
             collector = dataclasses.replace(
@@ -191,18 +193,14 @@ def start(
 
 
 def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float) -> None:
-    sim = run.sim
-    for name in sim.vm_names:
-        proc = collector_process(
-            name,
-            sim.vm_base_url(name),
-            root / name,
-            poll_interval=run.poll_interval,
-            heartbeat_interval=heartbeat_interval,
-        )
-        proc.start()
-        run.processes.append(proc)
-    run.downtimes = Downtimes(sim, {p.vm: p for p in run.processes})
+    run.processes.extend(
+        start_collectors(run.sim, root, poll_interval=run.poll_interval, heartbeat_interval=heartbeat_interval)
+    )
+
+
+def _follow_downtime(run: FleetRun) -> None:
+    """Do the simulated VMs' downtime to their collector processes, from now on."""
+    run.downtimes = Downtimes(run.sim, {p.vm: p for p in run.processes})
     downtimes = run.downtimes
     run.threads.append(_thread(run, lambda: downtimes.run(run.collectors_stop), "downtimes"))
 

@@ -15,17 +15,20 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from collector.liveness import ALIVE_FILE
 from simulator import SimServer
 from simulator.state import DownSpan
 
 log = logging.getLogger(__name__)
 
+PROCESS_START_S: Final = 120.0  # dozens of Python processes starting at once on a busy two-core machine
 WATCH_S: Final = 0.02  # how often the simulator's downtime is looked at (the precision of the signals)
 BOOT_ID_FILE: Final = "boot_id"  # in each collector's state dir: the VM's boot id, as the collector reads it
 LOG_FILE: Final = "collector.log"
@@ -46,6 +49,13 @@ class CollectorProcess:
             self.process = subprocess.Popen(  # noqa: S603 -- our own interpreter and arguments, no shell
                 self.argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file
             )
+
+    def running(self) -> bool:
+        """Whether the collector is up: its agent stored a first moment alive (raises if the process died)."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(f"collector of {self.vm} exited with {self.process.returncode}: see its collector.log")
+        alive = self.state_dir / ALIVE_FILE
+        return alive.exists() and alive.stat().st_size > 0
 
     def new_boot(self) -> None:
         """The VM rebooted: the kernel's boot id changes."""
@@ -91,7 +101,7 @@ def collector_process(
         "--min-request-interval",
         "0",
         "--first-call-timeout",
-        "10",
+        "120",  # the first requests wait in the simulator's backlog until every collector is up and it starts
         "--log-level",
         "warning",
     ]
@@ -99,6 +109,34 @@ def collector_process(
     if not (state_dir / BOOT_ID_FILE).exists():
         proc.new_boot()
     return proc
+
+
+def start_collectors(
+    sim: SimServer, root: Path, *, poll_interval: float, heartbeat_interval: float
+) -> list[CollectorProcess]:
+    """A collector process per VM of ``sim``, each running (its first moment alive stored) when this returns.
+
+    Call it before ``sim.start()``: the simulator's port is bound already, so the collectors' first requests wait
+    in its backlog, and none misses the scenario's first seconds while Python starts.
+    """
+    processes = []
+    for name in sim.vm_names:
+        proc = collector_process(
+            name, sim.vm_base_url(name), root / name, poll_interval=poll_interval, heartbeat_interval=heartbeat_interval
+        )
+        proc.start()
+        processes.append(proc)
+    deadline = time.monotonic() + PROCESS_START_S
+    try:
+        while not all(p.running() for p in processes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"collectors not running after {PROCESS_START_S:g} s: see collector.log in {root}")
+            time.sleep(0.05)
+    except BaseException:
+        for proc in processes:
+            proc.stop()
+        raise
+    return processes
 
 
 @dataclass

@@ -12,10 +12,8 @@ from typing import Any
 
 import pytest
 
-from collector.agent import Agent
 from collector.outbox import Outbox
-from collector.settings import CollectorSettings
-from collector.wiring import build_agent
+from demo.processes import Downtimes, start_collectors
 from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
@@ -55,35 +53,31 @@ class Seeded:
 
 
 def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, list[str], dict[str, str]]:
+    """Collector processes poll the simulated fleet; the VMs' real downtime is done to them (demo.processes)."""
     started = datetime.now(UTC)
     stop = threading.Event()
-    with SimServer(load_scenario(SCENARIO)) as sim:
-        agents, threads = [], []
-        for name in sim.vm_names:
-            settings = CollectorSettings(
-                imds_url=sim.vm_base_url(name),
-                state_dir=state / name,
-                poll_interval=POLL_S,
-                heartbeat_interval=1.0,
-                min_request_interval=0.0,
-            )
-            agent = build_agent(settings)
-            agents.append(agent)
-            thread = threading.Thread(target=agent.run, args=(stop,), name=f"collector-{name}", daemon=True)
-            thread.start()
-            threads.append(thread)
-        try:
-            _wait_settled(sim, timeout=90)
-            time.sleep(3 * POLL_S)  # every collector sees the last disappearance
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(15)
-            for agent in agents:
-                agent.close()
+    sim = SimServer(load_scenario(SCENARIO))
+    processes = start_collectors(sim, state, poll_interval=POLL_S, heartbeat_interval=1.0)
+    try:
+        sim.start()
+        downtimes = Downtimes(sim, {p.vm: p for p in processes})
+        follower = threading.Thread(target=downtimes.run, args=(stop,), name="downtimes", daemon=True)
+        follower.start()
+        _wait_settled(sim, timeout=90)
+        time.sleep(3 * POLL_S)  # every collector sees the last disappearance
+        stop.set()
+        follower.join(15)
+        downtimes.release()
         truth = sim.truth()
         names = sim.vm_names
         groups = {vm.name: vm.group for vm in sim.engine.vms.values()}
+        down = {(d.event_id, d.vm_name): d.down_s for d in sim.downtime()}
+    finally:
+        stop.set()
+        for proc in processes:
+            proc.stop()
+        sim.stop()
+    assert len(down) == 5, down  # the scenario's downtime really happened to the collectors
     return truth, started, datetime.now(UTC), names, groups
 
 

@@ -33,12 +33,14 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "collectors polling" in out and "events:" in out  # progress while it runs
+    assert "36 collector processes polling" in out and "events:" in out  # progress while it runs
     assert "Per fault domain of each set" in out
     # FD 0 of availability sets web and api are both hit: two rows, each checked against the simulator's fleet
     assert "web / FD 0" in out and "api / FD 0" in out
-    # 7 events x 16 values (fault_domain_labels among them), and the events of the 8 true (set, FD) domains
-    assert "120 of 120 values match the ground truth" in out
+    # 7 events x 16 values (fault_domain_labels among them), the events of the 8 true (set, FD) domains, and the
+    # downtime the collectors measured on their VMs: per event the longest and how many VMs, and the unannounced pause
+    assert "Unannounced pause of web-7: 3.0 s; measured 3." in out
+    assert "135 of 135 values match the ground truth" in out
     assert (tmp_path / "demo" / "report.html").is_file()
     assert (tmp_path / "demo" / "clickhouse").is_dir()
 
