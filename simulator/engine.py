@@ -288,25 +288,28 @@ class Engine:
 
     def truth(self) -> list[dict[str, Any]]:
         """One row per (event, VM that saw it): what really happened, in the interface's shape."""
-        return [truth_row(e, self.vms[name].view) for e in self._events if e.visible_at for name in e.recipients]
+        return [
+            truth_row(e, self.vms[name].view, self._down_at(e))
+            for e in self._events
+            if e.visible_at
+            for name in e.recipients
+        ]
+
+    def _down_at(self, e: EventState) -> datetime | None:
+        return None if e.started_at is None else self._after(e.started_at, e.spec.down_after_s)
 
     def downtime(self, now: datetime) -> list[DownSpan]:
-        """Every stretch a VM was (or is) really down that began by ``now``: each affected VM of a Started event for
-        the event's ``down_s``, and the scenario's unannounced pauses. Wall seconds, never scaled by speed."""
-        spans = [
-            DownSpan(
-                vm,
-                e.event_id,
-                e.spec.label,
-                e.started_at,
-                e.started_at + timedelta(seconds=e.spec.down_s),
-                "pause" if e.spec.event_type == "Freeze" else "reboot",
-            )
-            for e in self._events
-            if e.started_at is not None and e.spec.down_s > 0
-            for vm in e.resources
-            if vm in self.vms
-        ]
+        """Every stretch a VM was (or is) really down that began by ``now``: each affected VM of a Started event,
+        ``down_after_s`` (scaled) after it started, for the event's ``down_s``, and the scenario's unannounced pauses.
+        Downtime is wall seconds, never scaled by speed."""
+        spans: list[DownSpan] = []
+        for e in self._events:
+            down = self._down_at(e)
+            if down is None or e.spec.down_s <= 0:
+                continue
+            up = down + timedelta(seconds=e.spec.down_s)
+            how = "pause" if e.spec.event_type == "Freeze" else "reboot"
+            spans += [DownSpan(vm, e.event_id, e.spec.label, down, up, how) for vm in e.resources if vm in self.vms]
         for i, pause in enumerate(self.scenario.pauses):
             at = self._after(self.start, pause.at_s)
             end = at + timedelta(seconds=pause.down_s)

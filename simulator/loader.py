@@ -133,6 +133,7 @@ def _event(t: _Table, label: str, wave: str = "", *, downtime: bool = False) -> 
         start_delay_s=t.get("start_delay", float, 0.0),
         event_id=t.get("id", str, ""),
         down_s=t.get("down", float, _default_down(event_type, t.data.get("duration")) if downtime else 0.0),
+        down_after_s=t.get("down_after", float, 0.0),
     )
     second.finish()
     if not spec.group:

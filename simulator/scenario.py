@@ -88,6 +88,7 @@ class EventSpec:
     # wall seconds each affected VM is down from Started on (not scaled by speed; 0: it keeps running): the event's
     # ``down``, else with ``fleet.downtime`` its type's typical time
     down_s: float
+    down_after_s: float = 0.0  # scenario seconds from Started until the VM goes down (Azure: within the Started window)
 
 
 @dataclass(frozen=True)

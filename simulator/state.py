@@ -80,8 +80,9 @@ class VmState:
     history: list[Served] = field(default_factory=list)
 
 
-def truth_row(e: EventState, vm: VmView) -> dict[str, Any]:
-    """What really happened to event ``e`` as VM ``vm`` saw it (the interface's truth shape plus extras)."""
+def truth_row(e: EventState, vm: VmView, down_at: datetime | None = None) -> dict[str, Any]:
+    """What really happened to event ``e`` as VM ``vm`` saw it (the interface's truth shape plus extras);
+    ``down_at``: when the event's VMs went down (the engine knows the speed that places it)."""
     hit = vm.name in e.resources and e.started_at is not None and e.spec.down_s > 0
     return {
         "event_id": e.event_id,
@@ -106,6 +107,6 @@ def truth_row(e: EventState, vm: VmView) -> dict[str, Any]:
         "ended_at": e.ended_at,
         "outcome": e.state if e.state in GONE else "active",
         # what the VM really went through: down from Started on, for the event's down_s wall seconds
-        "down_at": e.started_at if hit else None,
+        "down_at": down_at if hit else None,
         "down_s": e.spec.down_s if hit else None,
     }
