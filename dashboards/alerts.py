@@ -57,10 +57,9 @@ class Rule:
     description: str = ""
 
 
-def _active_events(types: str, value: str, scoped: bool = False) -> str:
-    source = f.scoped_events(f.ACTIVE_IDS) if scoped else f.since(f.ACTIVE_IDS)
+def _active_events(types: str, value: str) -> str:
     return (
-        f"SELECT event_id, event_type, {value} AS value FROM {source} "
+        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS)} "
         f"WHERE {f.active()} AND event_type IN {types} ORDER BY event_id"
     )
 
@@ -72,10 +71,7 @@ def _event_rule(uid: str, title: str, types: str, summary: str) -> Rule:
         _active_events(types, "toUInt8(1)"),
         summary,
         "page",
-        figures=(
-            *((ref, _active_events(types, value)) for ref, value in EVENT_FIGURES),
-            *((ref, _active_events(types, value, scoped=True)) for ref, value in SET_FIGURES),
-        ),
+        figures=tuple((ref, _active_events(types, value)) for ref, value in (*EVENT_FIGURES, *SET_FIGURES)),
         description="Status {{ if eq $values.status.Value 2.0 }}Started{{ else }}Scheduled{{ end }}; "
         "{{ $values.vms.Value }} VMs in {{ $values.fault_domains.Value }} fault domains "
         "of {{ $values.sets.Value }} set(s). "

@@ -115,11 +115,6 @@ def event_sets(ids: str) -> str:
     return queries.event_sets(ids, f"{DB}.")
 
 
-def scoped_events(ids: str) -> str:
-    """``events`` like ``since``, with ``fault_sets`` and ``fault_domain_labels`` of the affected VMs."""
-    return queries.scoped_events(ids, f"{DB}.")
-
-
 def active() -> str:
     """Only the active set (with ``since(ACTIVE_IDS)``)."""
     return "outcome = 'active'"

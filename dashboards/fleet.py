@@ -65,7 +65,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT not_before_last AS not_before, dateDiff('second', now(), not_before_last) AS starts_in_s, "
             "event_id, event_type, ifNull(event_source, '') AS source, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains, "
-            f"first_seen_at FROM {f.scoped_events(f.ACTIVE_IDS)} WHERE {active} AND started_at IS NULL "
+            f"first_seen_at FROM {f.since(f.ACTIVE_IDS)} WHERE {active} AND started_at IS NULL "
             f"AND event_type IN {DESTRUCTIVE} ORDER BY not_before_last, event_id",
             width=24,
             description="Scheduled, not started yet; NotBefore is the latest one IMDS announced.",

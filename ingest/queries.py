@@ -159,47 +159,13 @@ def event_sets(ids: str, db: str = "") -> str:
     """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
 
     For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
-    is ``if(scale_set != '', scale_set, availability_set)``, found with two names read per pair, no window.
+    is ``if(scale_set != '', scale_set, availability_set)``. The events view computes it (migration 0009).
     """
-    names = (
-        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, maxIf(vm_name, scale_set = '') AS {SET_LAST} "
-        f"FROM {since(ids, 'event_vms', db, 'event_id, vm_name, scale_set')} GROUP BY event_id"
-    )
-    return f"(SELECT event_id, {set_label(SET_FIRST, SET_LAST)} AS availability_set FROM ({names}))"
-
-
-def _labels(kind: str, column: str) -> str:
-    # (set, number) of the affected VMs, sorted by set label then number, so FD 10 follows FD 9
-    pairs = f"arrayMap(p -> (if(p.1 != '', p.1, set_), p.2), groupUniqArrayIf((scale_set, {column}), affects_this_vm))"
-    return f"arrayMap(p -> {domain_label('p.1', 'p.2', kind)}, arraySort({pairs}))"
-
-
-def scoped_events(ids: str, db: str = "") -> str:
-    """``events`` of the events ``ids`` selects (like ``since``), with the sets of the VMs each affects.
-
-    Adds ``fault_sets`` and the set-scoped ``fault_domain_labels`` and ``update_domain_labels`` beside the bare
-    ``fault_domains`` and ``update_domains`` (an event reaches one set, so those never mix sets, but say none).
-    Per event, not per pair: the few columns it needs are aggregated once, without the window of ``scoped``.
-    """
-    columns = "event_id, vm_name, scale_set, fault_domain, update_domain, affects_this_vm"
-    per_event = (
-        f"SELECT event_id, minIf(vm_name, scale_set = '') AS {SET_FIRST}, "
-        f"maxIf(vm_name, scale_set = '') AS {SET_LAST}, "
-        f"{set_label(SET_FIRST, SET_LAST)} AS set_, "
-        "arraySort(arrayDistinct(arrayMap(x -> if(x != '', x, set_), groupUniqArrayIf(scale_set, affects_this_vm)))) "
-        f"AS fault_sets, {_labels('FD', 'fault_domain')} AS fault_domain_labels, "
-        f"{_labels('UD', 'update_domain')} AS update_domain_labels "
-        f"FROM {since(ids, 'event_vms', db, columns)} GROUP BY event_id"
-    )
-    labels = "fault_sets, fault_domain_labels, update_domain_labels"
-    return (
-        f"(SELECT * FROM {since(ids, 'events', db)} AS e "
-        f"LEFT JOIN (SELECT event_id, {labels} FROM ({per_event})) AS s USING (event_id))"
-    )
+    return since(ids, "events", db, "event_id, availability_set")
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {scoped_events(WINDOW_IDS)} "
+    f"FROM {since(WINDOW_IDS)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -232,7 +198,7 @@ SELECT event_id, event_type, event_source, description, duration_s, outcome, fir
        observed_impact_s, impacted_vms, affected_vm_count, observing_vms, fault_domains, update_domains, fault_sets,
        fault_domain_labels, update_domain_labels, anomalies
 FROM """
-    + scoped_events(ONE_ID)
+    + since(ONE_ID)
     + """
 WHERE event_id = {event_id:String}
 """,

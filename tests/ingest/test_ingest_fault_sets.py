@@ -8,6 +8,7 @@ from typing import Any
 from demo import synthetic
 from ingest import queries
 from ingest.handler import Handler
+from ingest.migrate import load_migrations
 from sevents import records
 
 from .conftest import deliveries
@@ -120,6 +121,12 @@ def test_events_carry_scoped_domains_beside_the_bare_numbers(ch: Any, db: str, h
     assert events["E-solo"]["fault_domain_labels"] == ["solo / FD 0"]
     summary = queries.run(ch, queries.EVENT_SUMMARY, db, event_id="E-pool").dicts()
     assert summary[0]["fault_domain_labels"] == ["pool / FD 0"]
+
+
+def test_the_events_view_labels_sets_by_the_query_layers_rule() -> None:
+    """Migration 0009 pastes the one label rule (``queries.set_label``) into the events view: they cannot drift."""
+    view = next(m for m in load_migrations() if m.version == 9).template
+    assert queries.set_label("set_first_", "set_last_") in view
 
 
 def test_a_filter_on_one_vm_keeps_its_sets_label(ch: Any, db: str, handler: Handler) -> None:
