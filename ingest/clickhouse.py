@@ -147,4 +147,9 @@ def _safe(target: str) -> str:
     parsed = urlparse(target)
     if parsed.scheme == "chdb":
         return target
-    return parsed._replace(netloc=parsed.hostname or "", query="", fragment="").geturl()
+    # host:port without the user or password: which server was meant, and nothing secret
+    host = parsed.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parsed.port is not None:
+        netloc += f":{parsed.port}"
+    return parsed._replace(netloc=netloc, query="", fragment="").geturl()
