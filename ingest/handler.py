@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from opentelemetry.metrics import NoOpMeterProvider
@@ -59,8 +60,16 @@ def prepare(
     return batch, rejected
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A decoded batch, ready to store, and its dead letters counted by reason."""
+
+    batch: Batch
+    rejected: Mapping[str, int]
+
+
 class Handler:
-    """Callable given to a Source as ``deliver``."""
+    """Callable given to a Source as ``deliver``; thread-safe, so partitions may deliver concurrently."""
 
     def __init__(
         self,
@@ -83,13 +92,25 @@ class Handler:
         self.now = now
         self.on_stored = on_stored
         self.stored = 0  # records and dead letters confirmed, for logs and tests
+        self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
-        if not deliveries:
-            return
+        if deliveries:
+            self.store(self.prepare(deliveries))
+
+    def prepare(self, deliveries: Sequence[Delivery]) -> Prepared:
+        """Decode and validate (Python work); ``store`` then inserts (ClickHouse work, the GIL released).
+
+        Split so that a source may prepare its next batch while the previous one is stored (``ingest.overlap``).
+        """
         batch, rejected = prepare(deliveries, source=self.source, limits=self.limits, received_at=self.now())
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
+        return Prepared(batch, rejected)
+
+    def store(self, prepared: Prepared) -> None:
+        """Returns once ClickHouse confirmed the batch (raises Interrupted on shutdown meanwhile)."""
+        batch, rejected = prepared.batch, dict(prepared.rejected)
         self._store_isolating(batch, rejected)
         self._account(batch, rejected)
         if self.on_stored is not None:
@@ -165,4 +186,5 @@ class Handler:
             m.dead_letters.add(count, {"reason": reason})
         if oldest is not None:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
-        self.stored += len(batch)
+        with self._lock:
+            self.stored += len(batch)
