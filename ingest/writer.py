@@ -53,7 +53,9 @@ class Writer:
         self.database = database
         self.verify_window = verify_window
         self._first_store: float | None = None
-        self._common: dict[str, Any] = {"insert_deduplicate": 1, "async_insert": 0}
+        # optimize_on_insert=0: the tables collapse repeated keys when parts merge and readers use FINAL or
+        # merge states, so sorting out duplicates inside each inserted block again is work for nothing.
+        self._common: dict[str, Any] = {"insert_deduplicate": 1, "async_insert": 0, "optimize_on_insert": 0}
         if cluster:
             self._common["distributed_foreground_insert"] = 1
 
