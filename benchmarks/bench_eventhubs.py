@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 watch.close()
                 fleet.close()
             values = latencies(client, DATABASE, fleet.sim.truth())
+            steady = _outside(client, fleet.sim.truth(), killed_at - 1.0, killed_at + 5.0)
             rows, unique = client.query(
                 f"SELECT count(), uniqExact(transition_id) FROM {DATABASE}.transitions FINAL"
             ).result_rows[0]
@@ -225,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         "p99_s": round(p99, 3),
         "max_s": round(worst, 3),
         "moves_between_healthy_workers": moves,
+        "p99_outside_kill_window_s": round(percentile(steady, 0.99), 3),
+        "max_outside_kill_window_s": round(max(steady), 3),
         "transitions": len(values),
         "workers": len(WORKERS),
         "partitions": len(endpoint.store.partition_ids),
@@ -250,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table(["p50 s", "p99 s", "max s"], [[f"{p50:.3f}", f"{p99:.3f}", f"{worst:.3f}"]]))
     print(
+        f"outside the kill window ({len(steady):,} transitions, events whose changes fall between 1 s before the kill "
+        f"and 5 s after it left out): p99 {figures['p99_outside_kill_window_s']} s, "
+        f"max {figures['max_outside_kill_window_s']} s"
+    )
+    print(
         f"moves between healthy workers: {moves}; killed worker's partitions {victim_partitions} served again after "
         f"{figures['killed_worker_partitions_served_again_s']} s (expiry {args.expiry:g} s); "
         f"lost {lost}, duplicated after FINAL {rows - unique}"
@@ -259,6 +267,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def _outside(client: Any, truth: list[dict[str, Any]], start: float, end: float) -> list[float]:
+    """Latencies of transitions whose true moment lies outside [start, end] (the kill and its recovery)."""
+    window = [t for t in truth if not _touches(t, start, end)]
+    return latencies(client, DATABASE, window)
+
+
+def _touches(event: dict[str, Any], start: float, end: float) -> bool:
+    moments = (event.get(k) for k in ("first_visible_at", "started_at", "ended_at"))
+    return any(m is not None and start <= m.timestamp() <= end for m in moments)
 
 
 def _stored_ids(client: Any) -> set[str]:

@@ -184,22 +184,31 @@ class EventHubsSource:
     def run(self, deliver: Deliver, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then stop the receivers and release this worker's claims."""
         loop = LoopThread("eventhubs-receivers")
-        try:
-            partitions, scope = loop.run(self._describe())
-        except Exception as error:
-            loop.close()
-            raise EventHubsSourceError(f"cannot read the hub's partitions: {error!r}") from error
+        probe = self._factory()
+        # the names under which the checkpoint store keeps claims, as the SDK's own load balancer writes them
+        scope = (probe._address.hostname, probe.eventhub_name, probe._consumer_group)
+        described = loop.submit(_partition_ids(probe))
         receivers: dict[str, _Receiver] = {}
+
+        def follow(held: set[str]) -> None:
+            for partition in [p for p in receivers if p not in held]:
+                receivers.pop(partition).stop()
+                log.info("partition released", extra={"partition": partition, "owner": self.owner_id})
+            for partition in held:
+                receiver = receivers.get(partition)
+                if receiver is None or not receiver.alive():
+                    receivers[partition] = _Receiver(self, loop, partition, deliver, stop)
+                    log.info("receiving partition", extra={"partition": partition, "owner": self.owner_id})
+
         try:
+            # A restarted worker resumes its own claims while the hub is still being described.
+            follow(self._resume(scope))
+            try:
+                partitions = described.result(60)
+            except Exception as error:
+                raise EventHubsSourceError(f"cannot read the hub's partitions: {error!r}") from error
             while not stop.is_set():
-                held = self._balance(partitions, scope)
-                for partition in [p for p in receivers if p not in held]:
-                    receivers.pop(partition).stop()
-                    log.info("partition released", extra={"partition": partition, "owner": self.owner_id})
-                for partition in held:
-                    receiver = receivers.get(partition)
-                    if receiver is None or not receiver.alive():
-                        receivers[partition] = _Receiver(self, loop, partition, deliver, stop)
+                follow(self._balance(partitions, scope))
                 stop.wait(self._interval * (1 + 0.1 * random.random()))
         finally:
             for receiver in receivers.values():
@@ -209,12 +218,19 @@ class EventHubsSource:
             loop.close()
             self._release_all(scope)
 
-    async def _describe(self) -> tuple[list[str], tuple[str, str, str]]:
-        """The hub's partitions, and the names under which the checkpoint store keeps its claims."""
-        async with self._factory() as probe:
-            partitions = list(await probe.get_partition_ids())
-            # the namespace as the SDK's own load balancer names it in the checkpoint store
-            return partitions, (probe._address.hostname, probe.eventhub_name, probe._consumer_group)
+    def _resume(self, scope: tuple[str, str, str]) -> set[str]:
+        """Renew the claims this owner id still has (a quick restart) without waiting for a balancing round."""
+        if self._store is None:
+            return set()
+        try:
+            listed = [_claim(o) for o in self._store.list_ownership(*scope)]
+            mine = [c for c in listed if c.owner_id == self.owner_id]
+            won = self._store.claim_ownership([_ownership(c, self.owner_id, scope) for c in mine]) if mine else []
+        except Exception as error:  # noqa: BLE001 - the balancing rounds claim them instead
+            log.warning("could not resume earlier claims", extra={"error": repr(error)})
+            return set()
+        self._held = {o["partition_id"]: _claim(o) for o in won}
+        return set(self._held)
 
     def _balance(self, partitions: list[str], scope: tuple[str, str, str]) -> set[str]:
         """One balancing round; the partitions this worker holds afterwards (all of them without a store)."""
@@ -326,6 +342,11 @@ class _Receiver:
             self._done.result(30)
         except Exception:
             log.debug("partition receiver ended with an error", exc_info=True)
+
+
+async def _partition_ids(probe: EventHubConsumerClient) -> list[str]:
+    async with probe:
+        return list(await probe.get_partition_ids())
 
 
 def _claim(ownership: Mapping[str, Any]) -> Claim:

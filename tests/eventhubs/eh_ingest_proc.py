@@ -75,7 +75,8 @@ class StoreService:
 
 def main(argv: list[str]) -> int:
     container, owner_id, port, expiry = argv[0], argv[1], int(argv[2]), float(argv[3])
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)6d ms %(name)s %(message)s")
+    logging.getLogger("ingest").setLevel(logging.INFO)
     store = BlobCheckpointStore.from_connection_string(os.environ["SEVENTS_TEST_CHECKPOINTS"], container)
     source = EventHubsSource.from_connection_string(
         os.environ["SEVENTS_TEST_HUB"],
