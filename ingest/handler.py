@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from opentelemetry.metrics import NoOpMeterProvider
@@ -60,14 +59,6 @@ def prepare(
     return batch, rejected
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A decoded batch, ready to store, and its dead letters counted by reason."""
-
-    batch: Batch
-    rejected: Mapping[str, int]
-
-
 class Handler:
     """Callable given to a Source as ``deliver``; thread-safe, so partitions may deliver concurrently."""
 
@@ -95,22 +86,11 @@ class Handler:
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
-        if deliveries:
-            self.store(self.prepare(deliveries))
-
-    def prepare(self, deliveries: Sequence[Delivery]) -> Prepared:
-        """Decode and validate (Python work); ``store`` then inserts (ClickHouse work, the GIL released).
-
-        Split so that a source may prepare its next batch while the previous one is stored (``ingest.overlap``).
-        """
+        if not deliveries:
+            return
         batch, rejected = prepare(deliveries, source=self.source, limits=self.limits, received_at=self.now())
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
-        return Prepared(batch, rejected)
-
-    def store(self, prepared: Prepared) -> None:
-        """Returns once ClickHouse confirmed the batch (raises Interrupted on shutdown meanwhile)."""
-        batch, rejected = prepared.batch, dict(prepared.rejected)
         self._store_isolating(batch, rejected)
         self._account(batch, rejected)
         if self.on_stored is not None:

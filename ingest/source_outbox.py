@@ -7,18 +7,16 @@ the two redelivers the batch; ClickHouse deduplicates it.
 
 from __future__ import annotations
 
-import functools
 import glob
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collector.outbox import Outbox, OutboxError, OutboxRow
 from ingest.batching import BatchPolicy
 from ingest.errors import Interrupted
-from ingest.overlap import Overlap
 from ingest.source import Deliver, Delivery
 from sevents.retry import Backoff
 
@@ -73,49 +71,34 @@ class OutboxSource:
         self.delivered = 0  # rows delivered and removed, for logs and tests
 
     def run(self, deliver: Deliver, stop: threading.Event) -> None:
-        """Deliver batches until ``stop`` (or, with ``until_idle``, until every outbox is empty).
-
-        The next batch is read and decoded while the one before is stored (``ingest.overlap``); rows leave
-        the outbox only once their own batch is stored.
-        """
+        """Deliver batches until ``stop`` (or, with ``until_idle``, until every outbox is empty)."""
         failures = 0
-        overlap = Overlap(deliver)
-        in_flight: dict[Path, int] = {}  # per outbox, the last seq of the batch being stored
         try:
             while not stop.is_set():
                 self._rescan()
-                rows = self._collect(stop, after=in_flight)
-                try:
-                    if rows:
-                        deliveries = [_delivery(path, row) for path, row in rows]
-                        overlap.submit(deliveries, functools.partial(self._acknowledge, rows))
-                        in_flight = _last_seqs(rows)
-                        failures = 0
+                rows = self._collect(stop)
+                if not rows:
+                    if self.until_idle:
+                        resting = self._resting_s()
+                        if resting is None:
+                            return
+                        # not idle while an outbox rests after a failure: its records are still to come
+                        stop.wait(resting)
                         continue
-                    overlap.wait()  # nothing new: finish the batch in flight before idling
-                    in_flight = {}
+                    stop.wait(self.poll_interval_s)
+                    continue
+                try:
+                    deliver([_delivery(path, row) for path, row in rows])
                 except Interrupted:
                     return
                 except Exception:  # never acknowledge, never die: back off and redeliver
                     failures += 1
-                    in_flight = {}  # what was in flight or just read is read again
                     log.exception("delivery failed; will redeliver", extra={"records": len(rows)})
                     stop.wait(self.backoff.delay(failures))
                     continue
-                if self.until_idle:
-                    resting = self._resting_s()
-                    if resting is None:
-                        return
-                    # not idle while an outbox rests after a failure: its records are still to come
-                    stop.wait(resting)
-                    continue
-                stop.wait(self.poll_interval_s)
+                failures = 0
+                self._acknowledge(rows)
         finally:
-            try:
-                overlap.wait()  # a batch stored before the stop is acknowledged; an interrupted one is not
-            except Exception:  # noqa: BLE001 - not acknowledged, so delivered again by the next run
-                log.info("the batch in flight at shutdown was not stored; it stays in the outbox")
-            overlap.close()
             self.close()
 
     def _resting_s(self) -> float | None:
@@ -151,10 +134,10 @@ class OutboxSource:
         if not self._outboxes:
             log.warning("no outbox matches the source", extra={"specs": self.specs})
 
-    def _collect(self, stop: threading.Event, after: Mapping[Path, int]) -> list[tuple[Path, OutboxRow]]:
-        """Gather one batch after the seqs ``after`` (in flight): as much as there is, waiting up to ``max_wait_s``."""
+    def _collect(self, stop: threading.Event) -> list[tuple[Path, OutboxRow]]:
+        """Gather one batch: as much as there is, waiting up to ``max_wait_s`` for a fuller one."""
         rows: list[tuple[Path, OutboxRow]] = []
-        cursors = {path: after.get(path, 0) for path in self._outboxes}
+        cursors = dict.fromkeys(self._outboxes, 0)
         size = 0
         started = self._monotonic()
         while True:
@@ -212,13 +195,6 @@ class OutboxSource:
         outbox = self._outboxes.pop(path, None)
         if outbox is not None:
             outbox.close()
-
-
-def _last_seqs(rows: Sequence[tuple[Path, OutboxRow]]) -> dict[Path, int]:
-    last: dict[Path, int] = {}
-    for path, row in rows:
-        last[path] = max(row.seq, last.get(path, 0))
-    return last
 
 
 def _delivery(path: Path, row: OutboxRow) -> Delivery:
