@@ -170,7 +170,7 @@ class EventHubsSource:
         checkpoint_store: Any = None,
         **options: Any,
     ) -> EventHubsSource:
-        """Managed identity (the default): ``namespace`` is fully qualified."""
+        """Managed identity (the default): ``namespace`` fully qualified, ``credential`` a sync azure-identity one."""
         client = _client_options(checkpoint_store, options.get("load_balancing_interval", 10.0))
 
         def factory() -> EventHubConsumerClient:
@@ -184,7 +184,11 @@ class EventHubsSource:
     def run(self, deliver: Deliver, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then stop the receivers and release this worker's claims."""
         loop = LoopThread("eventhubs-receivers")
-        probe = self._factory()
+        try:
+            probe = self._factory()
+        except Exception as error:
+            loop.close()
+            raise EventHubsSourceError(f"cannot create the Event Hubs client: {error!r}") from error
         # the names under which the checkpoint store keeps claims, as the SDK's own load balancer writes them
         scope = (probe._address.hostname, probe.eventhub_name, probe._consumer_group)
         described = loop.submit(_partition_ids(probe))
