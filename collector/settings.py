@@ -50,8 +50,10 @@ class CollectorSettings:
     discover_endpoint: bool = False  # non-VNET VMs: take the IMDS address from DHCP option 245
     dhcp_lease_globs: tuple[str, ...] = DEFAULT_LEASE_GLOBS
     sink: str = "local"  # local: sevents-ingest reads the outbox; eventhubs: ship to Event Hubs
-    ship_batch: int = 500
-    ship_max_wait: float = 1.0  # ship a partial batch once its oldest row waited this long
+    # Rows go as soon as they are committed; rows committed while a send is in flight go together with the
+    # next one, up to ship_batch rows (the Event Hubs sink packs them into batches of up to 1 MB).
+    ship_batch: int = 2000
+    ship_max_wait: float = 0.0  # >0: let a partial batch wait this long for more rows (fewer, larger sends)
     drain_timeout: float = 10.0  # on SIGTERM, how long shipping may take to empty the outbox
     eventhubs_namespace: str = ""  # fully qualified, e.g. myns.servicebus.windows.net (managed identity)
     eventhubs_name: str = ""

@@ -78,6 +78,8 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
             password=password,
             secure=parsed.scheme == "https",
             settings=dict(settings or {}),
+            # no session: partitions insert concurrently, and a session takes one query at a time
+            autogenerate_session_id=False,
         )
     except CLIENT_ERRORS as error:
         text = str(error)
