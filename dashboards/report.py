@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         flags = {"clickhouse": args.clickhouse, "database": args.database}
         settings = load(file=args.config, env=os.environ, flags=flags)
-        client = connect(settings.clickhouse, password=settings.password())
+        client = connect(settings.clickhouse, password=settings.password(), create=False)
         try:
             data = collect(client, filters, settings.database)
         finally:
@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sevents-report: {error}", file=sys.stderr)
         return exit_code(error)
     except CLIENT_ERRORS as error:
-        print(f"sevents-report: {error}", file=sys.stderr)
+        hint = " (run `sevents-ingest migrate` or check --database)" if "UNKNOWN_DATABASE" in str(error) else ""
+        print(f"sevents-report: reading database {settings.database} failed{hint}: {error}", file=sys.stderr)
         return exit_code(error)
     html = render(data, generated_at=now)
     try:

@@ -290,7 +290,7 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     else:
         query = queries.COUNTS
     try:
-        result = queries.run(open_client(settings), query, settings.database, **params)
+        result = queries.run(open_client(settings, create=False), query, settings.database, **params)
     except CLIENT_ERRORS as error:
         # A missing database is the usual first-hour mistake (wrong --database, nothing ingested yet): say so.
         hint = " (run `sevents-ingest migrate` or check --database)" if "UNKNOWN_DATABASE" in str(error) else ""

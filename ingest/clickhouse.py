@@ -61,12 +61,21 @@ def read_password(env: Mapping[str, str], password_file: Path | None) -> str:
     return ""
 
 
-def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | None = None) -> Any:
-    """A clickhouse-connect client for ``target``; raises TargetError with a readable reason."""
+def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | None = None, create: bool = True) -> Any:
+    """A clickhouse-connect client for ``target``; raises TargetError with a readable reason.
+
+    ``create=False`` (commands that only read): an embedded directory that does not exist is an error, not
+    created empty.
+    """
     problems = target_problems(target)
     if problems:
         raise TargetError("; ".join(problems))
     parsed = urlparse(target)
+    if parsed.scheme == "chdb" and not create and not Path(parsed.path).is_dir():
+        raise TargetError(
+            f"no embedded ClickHouse at {parsed.path}: nothing was ingested there (sevents-ingest migrate or run "
+            "creates it), or the path is mistyped"
+        )
     try:
         if parsed.scheme == "chdb":
             Path(parsed.path).mkdir(parents=True, exist_ok=True)

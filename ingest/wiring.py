@@ -34,13 +34,14 @@ class Pipeline:
     handler: Handler
 
 
-def open_client(settings: IngestSettings, stop: threading.Event | None = None) -> Any:
+def open_client(settings: IngestSettings, stop: threading.Event | None = None, *, create: bool = True) -> Any:
     """A client on the configured target (its database need not exist yet).
 
     With ``stop`` (a long-running ingest), an embedded directory held by another process is waited for.
+    ``create=False``: for commands that only read, a missing embedded directory is an error, not created.
     """
     if stop is None:
-        return connect(settings.clickhouse, password=settings.password())
+        return connect(settings.clickhouse, password=settings.password(), create=create)
     return connect_waiting(
         settings.clickhouse, stop, password=settings.password(), lock_wait=settings.clickhouse_lock_wait
     )

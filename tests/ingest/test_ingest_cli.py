@@ -227,3 +227,14 @@ def test_a_connection_error_names_the_host_and_port(capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert "cannot connect to ClickHouse at http://127.0.0.1:1" in err
     assert "Traceback" not in err and "reader" not in err
+
+
+def test_read_only_commands_create_no_embedded_directory(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``audit`` and ``report`` on a chdb:// path that does not exist say so (exit 1) instead of creating it empty."""
+    missing = tmp_path / "no-such-clickhouse"
+    assert cli.main(["audit", "counts", "--clickhouse", f"chdb://{missing}"]) == 1
+    assert f"no embedded ClickHouse at {missing}" in capfd.readouterr().err
+    out = tmp_path / "report.html"
+    assert cli.main(["report", "--since", "1h", "--clickhouse", f"chdb://{missing}", "--out", str(out)]) == 1
+    assert f"no embedded ClickHouse at {missing}" in capfd.readouterr().err
+    assert not missing.exists() and not out.exists()
