@@ -42,6 +42,7 @@ from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink
 from collector.transitions import diff
 from collector.versions import align, stamp
+from collector.webhook import Webhook
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class Parts:
     ticker: Ticker | None = None  # measures pauses while ``run`` runs (collector.liveness)
     alive: AliveFile | None = None  # the last moment alive, kept fresh by the ticker
     rebooted: Downtime | None = None  # the downtime across a reboot since the previous run, to be stored
+    webhook: Webhook | None = None  # POSTs chosen transitions as they are committed (collector.webhook)
 
 
 class Agent:
@@ -92,6 +94,8 @@ class Agent:
         self._stop = threading.Event()
         self.health = PollHealth(parts.metrics)
         self.client.on_error = self.health.fault
+        if parts.webhook is not None:
+            parts.webhook.on_drop = self.health.fault  # shown in the heartbeat's error counts
         if parts.shipper is not None:
             parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
         self.started_at = self._clock()
@@ -205,6 +209,8 @@ class Agent:
         self._refresh_outbox_metrics()
         if self._parts.shipper is not None:
             self._parts.shipper.wake()
+        if self._parts.webhook is not None:
+            self._parts.webhook.notify(batch)
         for t in transitions:
             self.metrics.transition(t.kind)
             log.info(
@@ -365,6 +371,12 @@ class Agent:
         )
         self._instance_worker.start()
         workers = [self._instance_worker]
+        webhook = self._parts.webhook
+        if webhook is not None:
+            # stops with the shipper, after the last poll: what the last commits queued is still sent
+            posting = threading.Thread(target=webhook.run, args=(shipper_stop,), name="collector-webhook", daemon=True)
+            posting.start()
+            workers.append(posting)
         ticker = self._parts.ticker
         if ticker is not None:
             ticker.on_pause = self._downtime_seen

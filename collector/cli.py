@@ -67,6 +67,9 @@ _HELP = {
     "eventhubs_name": "event hub name",
     "eventhubs_connection_string_file": "file with a SAS connection string (or SEVENTS_EVENTHUBS_CONNECTION_STRING)",
     "log_level": "debug, info, warning or error (default info)",
+    "webhook_event_types": "comma-separated event types whose transitions are POSTed to webhook_url (set in the "
+    "config file or SEVENTS_WEBHOOK_URL, never a flag: it holds a token) (default Preempt,Terminate)",
+    "webhook_timeout": "seconds one webhook POST may take (default 5)",
     "boot_id_file": "file holding the kernel's boot id; a new one means the VM rebooted and the downtime is "
     "measured (default /proc/sys/kernel/random/boot_id)",
     "tick_interval": "seconds between the ticks that measure pauses of the VM (default 0.5)",

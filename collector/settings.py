@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
+from sevents import records
 from sevents.config import build, host_port_problems, one_of, read_toml_section
 from sevents.errors import ConfigError
 
@@ -60,6 +61,11 @@ class CollectorSettings:
     eventhubs_connection_string_file: Optional[Path] = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
     eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
     log_level: str = "info"
+    # a POST per transition of these event types (collector/webhook.py); the URL holds a token for most chat
+    # tools: from the config file (mode 0600) or SEVENTS_WEBHOOK_URL, never a flag
+    webhook_url: str = field(default="", repr=False)
+    webhook_event_types: tuple[str, ...] = ("Preempt", "Terminate")
+    webhook_timeout: float = 5.0
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
     tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
     pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
@@ -113,6 +119,14 @@ def validate(s: CollectorSettings) -> list[str]:
     problems += one_of("log_level", s.log_level.lower(), LOG_LEVELS)
     if s.sink == "eventhubs":
         problems += _eventhubs_problems(s)
+    if s.webhook_url:
+        hook = urlsplit(s.webhook_url)
+        if hook.scheme not in ("http", "https") or not hook.hostname:
+            problems.append("webhook_url must be an http:// or https:// URL (value not shown)")
+        for name in s.webhook_event_types:
+            problems += one_of("webhook_event_types", name, records.EVENT_TYPES)
+    if s.webhook_timeout <= 0:
+        problems.append(f"webhook_timeout must be positive, got {s.webhook_timeout}")
     problems += host_port_problems("metrics_addr", s.metrics_addr)
     return problems
 

@@ -27,6 +27,7 @@ from collector.outbox import Outbox, OutboxIOError
 from collector.settings import CollectorSettings
 from collector.ship import Shipper, Sink, make_sink
 from collector.statedir import StateDirInUse, keep_ballast, load_snapshot, lock_state_dir, release_ballast
+from collector.webhook import Webhook
 from sevents.retry import Backoff
 
 
@@ -83,6 +84,7 @@ def build_agent(
             ticker=Ticker(period_s=settings.tick_interval, pause_min_s=settings.pause_min, clock=clock),
             alive=alive,
             rebooted=reboot(last_alive, boot_id, running_since(last_alive, clock())),
+            webhook=_webhook(settings),
         )
         agent = Agent(parts)
         undo.pop_all()
@@ -121,6 +123,12 @@ def _open_outbox(settings: CollectorSettings) -> Outbox:
         outbox = Outbox(settings.outbox_path, max_bytes=settings.outbox_max_bytes)
     keep_ballast(settings.state_dir)
     return outbox
+
+
+def _webhook(settings: CollectorSettings) -> Webhook | None:
+    if not settings.webhook_url:
+        return None
+    return Webhook(settings.webhook_url, settings.webhook_event_types, timeout_s=settings.webhook_timeout)
 
 
 def _shipper(settings: CollectorSettings, outbox: Outbox, sink: Sink) -> Shipper:

@@ -1,0 +1,106 @@
+"""A per-VM webhook: the collector POSTs the transitions of the event types it is told to, as they are committed.
+
+For teams without a central pipeline, and for Preempt and Terminate, whose 30 s to a few minutes of notice a
+central path with a 30 s alert evaluation cannot page in time. Polling never waits for it: records go to a
+bounded queue that a thread of its own sends, each retried with backoff for a bounded time; what cannot be
+queued or sent is dropped, counted and logged (the outbox keeps every record regardless).
+
+Payload: one POST per transition, ``Content-Type: application/json``, the body being the wire record itself
+(``sevents/contract.schema.json``: ``record_type`` "transition", ``event_id``, ``event_type``, ``status``,
+``kind``, ``not_before``, ``vm_name``, ...). The URL is a secret for most chat tools (it holds a token): it is
+never logged, only its host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Final, Optional
+from urllib.parse import urlsplit
+
+from sevents.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+QUEUE_MAX: Final = 256  # records waiting to be sent; beyond, the newest is dropped (counted)
+SEND_FOR_S: Final = 60.0  # how long one record is retried before it is dropped
+KINDS: Final = ("appeared", "status_changed", "updated")  # an event that appears, starts or moves its NotBefore
+
+
+class Webhook:
+    """Sends the transitions of ``event_types`` to ``url`` from a thread of its own (``run``)."""
+
+    def __init__(
+        self,
+        url: str,
+        event_types: Sequence[str],
+        *,
+        timeout_s: float = 5.0,
+        backoff: Optional[Backoff] = None,
+    ) -> None:
+        self.url, self.event_types, self.timeout_s = url, tuple(event_types), timeout_s
+        self.backoff = backoff or Backoff(initial=0.5, cap=10.0)
+        self.host = urlsplit(url).hostname or "?"
+        self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue(QUEUE_MAX)
+        self.on_drop: Callable[[str], None] = lambda reason: None  # the agent counts drops with its faults
+        self.sent = 0
+
+    def notify(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Queue the records it is for (never blocks: a full queue drops the record, counted)."""
+        for record in records:
+            if record.get("record_type") != "transition" or record.get("kind") not in KINDS:
+                continue
+            if record.get("event_type") not in self.event_types:
+                continue
+            try:
+                self._queue.put_nowait(record)
+            except queue.Full:
+                self._drop("webhook_queue_full", record)
+
+    def run(self, stop: threading.Event) -> None:
+        """Send what is queued until ``stop``."""
+        while not stop.is_set():
+            try:
+                record = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._send(record, stop)
+
+    def _send(self, record: Mapping[str, Any], stop: threading.Event) -> None:
+        body = json.dumps(dict(record), sort_keys=True, separators=(",", ":")).encode()
+        deadline = time.monotonic() + SEND_FOR_S
+        for attempt in range(1, 1000):
+            request = urllib.request.Request(  # noqa: S310 -- the configured http(s) URL (validated at start)
+                self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
+                    response.read(1024)
+                self.sent += 1
+                return
+            except (urllib.error.URLError, OSError, ValueError) as error:
+                wait = self.backoff.delay(attempt)
+                if time.monotonic() + wait > deadline or stop.wait(wait):
+                    self._drop("webhook_failed", record, error)
+                    return
+                log.warning("webhook not delivered; retrying", extra={"host": self.host, "error": _reason(error)})
+
+    def _drop(self, reason: str, record: Mapping[str, Any], error: Optional[BaseException] = None) -> None:
+        self.on_drop(reason)
+        log.error(
+            "webhook record dropped",
+            extra={"reason": reason, "host": self.host, "event_id": record.get("event_id"), "error": _reason(error)},
+        )
+
+
+def _reason(error: Optional[BaseException]) -> str:
+    # an HTTPError's text can echo the URL: keep its status only
+    if isinstance(error, urllib.error.HTTPError):
+        return f"HTTP {error.code}"
+    return "" if error is None else type(error).__name__
