@@ -159,6 +159,29 @@ def test_provisioning_files() -> None:
     assert notifications["policies"][0]["receiver"] in receivers
 
 
+# what Grafana requires of each receiver type, and where its secret goes
+RECEIVER_SETTINGS = {"webhook": ("url",), "slack": ("url",), "teams": ("url",), "email": ("addresses",)}
+
+
+def test_contact_point_examples_replace_the_provisioned_one() -> None:
+    """Slack, Teams, e-mail and webhook examples: each defines the contact point the policy routes to, with its
+    required setting taken from the environment (no secret in a file)."""
+    policy = _yaml(PROVISIONING / "alerting" / "sevents-notifications.yaml")["policies"][0]
+    examples = sorted((PROVISIONING.parent / "contact-points").glob("*.yaml"))
+    found = set()
+    for path in examples:
+        doc = _yaml(path)
+        assert doc["apiVersion"] == 1
+        (point,) = doc["contactPoints"]
+        assert point["name"] == policy["receiver"], path.name
+        for receiver in point["receivers"]:
+            found.add(receiver["type"])
+            for key in RECEIVER_SETTINGS[receiver["type"]]:
+                value = receiver["settings"][key]
+                assert value.startswith("${SEVENTS_") and value.endswith("}"), (path.name, key)
+    assert found == set(RECEIVER_SETTINGS)
+
+
 def test_compose_stack() -> None:
     """ClickHouse with the two users, migrations before the ingest, Grafana with provisioning; secrets required."""
     compose = _yaml(COMPOSE / "docker-compose.yml")
@@ -174,6 +197,8 @@ def test_compose_stack() -> None:
     text = (COMPOSE / "docker-compose.yml").read_text(encoding="utf-8")
     for secret in ("CLICKHOUSE_WRITER_PASSWORD", "CLICKHOUSE_GRAFANA_PASSWORD", "GRAFANA_ADMIN_PASSWORD"):
         assert f"${{{secret}:?" in text, f"{secret} must be required, not defaulted"
+    # alerting never starts pointed at a black hole (it used to default to 127.0.0.1:9)
+    assert "${SEVENTS_ALERT_WEBHOOK_URL:?" in text and "127.0.0.1:9" not in text
     for service in services.values():
         for key, value in (service.get("environment") or {}).items():
             if "PASSWORD" in key or "CONNECTION_STRING" in key:
