@@ -21,10 +21,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+
+from opentelemetry import trace
 
 import sevents
 from collector.decode import DecodeError, decode_document
@@ -43,8 +45,11 @@ from collector.ship import Shipper, Sink
 from collector.transitions import diff
 from collector.versions import align, stamp
 from collector.webhook import Webhook
+from sevents.tracing import record_context
 
 log = logging.getLogger(__name__)
+# No-op unless an OTLP endpoint installed a provider (sevents.telemetry.install_tracer_provider).
+tracer = trace.get_tracer("sevents.collector")
 
 COLLECTOR_VERSION = sevents.__version__
 DOWNTIMES_HELD = 256  # downtimes waiting for a poll to store them; beyond, the oldest are dropped (counted)
@@ -79,6 +84,24 @@ class Parts:
     alive: AliveFile | None = None  # the last moment alive, kept fresh by the ticker
     rebooted: Downtime | None = None  # the downtime across a reboot since the previous run, to be stored
     webhook: Webhook | None = None  # POSTs chosen transitions as they are committed (collector.webhook)
+
+
+def _trace_commits(batch: Sequence[Mapping[str, Any]], seqs: Sequence[int], began_ns: int) -> None:
+    """One span per committed record, in the record's own trace (its id is the trace id, see sevents.tracing), so
+    that the commit on the VM, the shipping and the insert into ClickHouse of one transition line up."""
+    poll = trace.get_current_span().get_span_context()
+    for record, seq in zip(batch, seqs):
+        context = record_context(str(record.get("record_id", "")), seq)
+        if context is None:
+            continue
+        span = tracer.start_span(
+            "sevents.collector.commit",
+            context=context,
+            start_time=began_ns,
+            links=[trace.Link(poll)] if poll.is_valid else (),
+            attributes={"sevents.record_type": str(record.get("record_type")), "sevents.seq": seq},
+        )
+        span.end()
 
 
 class Agent:
@@ -131,6 +154,12 @@ class Agent:
         Setting ``stop`` (default: the event ``run`` was given) abandons the poll with ImdsInterrupted.
         """
         stop = self._stop if stop is None else stop
+        with tracer.start_as_current_span("sevents.collector.poll") as span:
+            records = self._poll(stop)
+            span.set_attribute("sevents.records", len(records))
+            return records
+
+    def _poll(self, stop: threading.Event) -> list[dict[str, Any]]:
         self._identity_for_poll(stop)
         response = self._fetch(stop)
         document = self._decode(response)
@@ -192,11 +221,13 @@ class Agent:
         with self._downtimes_lock:  # handed to the commit: stored now, or held with the deferred records
             self._downtimes = [d for d in self._downtimes if d not in downtimes]
         batch = self._pending.batch(records)
+        began = time.time_ns()
         try:
             seqs = self.outbox.commit(batch, snapshot.to_json())
         except OutboxError as error:
             self._defer(snapshot, records, error)
             return []
+        _trace_commits(batch, seqs, began)
         if self._pending.records:
             log.info("deferred transitions stored", extra={"count": len(self._pending.records)})
         self._snapshot = snapshot

@@ -28,7 +28,7 @@ from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
-from sevents.telemetry import make_meter_provider, otlp_configured
+from sevents.telemetry import install_tracer_provider, make_meter_provider, otlp_configured
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -237,9 +237,12 @@ def _run(settings: CollectorSettings) -> int:
     # no-op provider then, and the SDK (megabytes of a daemon meant to be small) is never imported.
     readers = [] if metrics_server is None else [metrics_server.reader]
     provider = make_meter_provider("sevents-collector", readers=readers) if readers or otlp_configured() else None
+    tracing = install_tracer_provider("sevents-collector")  # spans over OTLP only when an endpoint is set
     try:
         return _run_agent(settings, stop, provider)
     finally:
+        if tracing is not None:
+            tracing.shutdown()  # sends what is buffered
         if provider is not None:
             provider.shutdown()
         if metrics_server is not None:

@@ -21,14 +21,19 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from opentelemetry import trace
+
 from collector.outbox import Outbox, OutboxRow
 from collector.sink import Sink, SinkError
+from sevents.records import record_id_of
 from sevents.retry import Backoff, RetryInterrupted, retry
+from sevents.tracing import record_links
 
 if TYPE_CHECKING:
     from collector.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("sevents.collector")  # no-op unless an OTLP endpoint installed a provider
 
 
 def make_sink(settings: CollectorSettings) -> Sink | None:
@@ -132,8 +137,11 @@ class Shipper:
 
     def _send(self, rows: Sequence[OutboxRow]) -> None:
         """Send one batch and remove it from the outbox; SinkError (counted, logged) if the sink refused it."""
+        links = record_links((record_id_of(row.payload), row.seq) for row in rows)
         try:
-            self._sink.send(rows)
+            with tracer.start_as_current_span("sevents.collector.ship", links=links) as span:
+                span.set_attribute("sevents.records", len(rows))
+                self._sink.send(rows)
         except SinkError as error:
             self.failures += 1
             log.warning("sink refused a batch; will retry", extra={"rows": len(rows), "error": str(error)})

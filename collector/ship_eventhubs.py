@@ -35,7 +35,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 
 from collector.outbox import Outbox, OutboxRow
 from collector.sink import SinkError
-from sevents.records import CONTENT_TYPE, SCHEMA_VERSION
+from sevents.records import CONTENT_TYPE, SCHEMA_VERSION, record_id_of
 from sevents.tracing import TRACEPARENT, traceparent_for
 
 if TYPE_CHECKING:
@@ -74,14 +74,6 @@ def runs_by_key(rows: Sequence[OutboxRow]) -> Iterator[tuple[str, list[OutboxRow
         yield key, current
 
 
-def _record_id(payload: bytes) -> str:
-    try:
-        record_id = json.loads(payload).get("record_id", "")
-    except (ValueError, AttributeError):
-        return ""
-    return record_id if isinstance(record_id, str) else ""
-
-
 def outbox_drop_counter(path: Path) -> DropCounter:
     """Count drops in the outbox at ``path`` (a second connection: the outbox allows one per user)."""
 
@@ -97,7 +89,7 @@ def to_event(row: OutboxRow) -> EventData:
     event = EventData(row.payload)
     event.content_type = CONTENT_TYPE
     properties: dict[str | bytes, Any] = {"schema_version": str(SCHEMA_VERSION), "record_type": row.record_type}
-    record_id = _record_id(row.payload)
+    record_id = record_id_of(row.payload)
     if record_id:
         properties["record_id"] = record_id
         traceparent = traceparent_for(record_id, row.seq)
@@ -246,7 +238,7 @@ class EventHubsSink:
                 extra={
                     "seq": row.seq,
                     "record_type": row.record_type,
-                    "record_id": _record_id(row.payload),
+                    "record_id": record_id_of(row.payload),
                     "bytes": len(row.payload),
                     "reason": DROP_OVERSIZE,
                 },

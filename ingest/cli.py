@@ -27,7 +27,7 @@ from ingest.wiring import build, open_client
 from sevents import prometheus, records
 from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
-from sevents.telemetry import make_meter_provider
+from sevents.telemetry import install_tracer_provider, make_meter_provider
 
 log = logging.getLogger("ingest")
 
@@ -234,6 +234,7 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
             )
             return int(ExitCode.INVALID)
     provider = make_meter_provider("sevents-ingest", readers=[] if metrics_server is None else [metrics_server.reader])
+    tracing = install_tracer_provider("sevents-ingest")  # spans over OTLP only when an endpoint is set
     try:
         pipeline = build(
             settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
@@ -242,6 +243,8 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         pipeline.source.run(pipeline.handler, stop)
         log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
     finally:
+        if tracing is not None:
+            tracing.shutdown()  # sends what is buffered
         provider.shutdown()
         if metrics_server is not None:
             metrics_server.close()

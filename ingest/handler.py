@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
+from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 
 from ingest.decode import Limits, decode_noted
@@ -22,8 +23,10 @@ from ingest.rows import TABLE_OF, Batch, column
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.retry import Backoff
+from sevents.tracing import record_links
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("sevents.ingest")  # no-op unless an OTLP endpoint installed a provider
 
 DEFAULT_BACKOFF = Backoff(initial=0.5, cap=30.0)
 DEFAULT_LIMITS = Limits()
@@ -91,7 +94,11 @@ class Handler:
         batch, rejected = prepare(deliveries, source=self.source, limits=self.limits, received_at=self.now())
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
-        self._store_isolating(batch, rejected)
+        # linked to the trace of each record (its record_id and seq: sevents.tracing), up to the SDK's link limit
+        with tracer.start_as_current_span("sevents.ingest.insert", links=record_links(_keys(batch))) as span:
+            span.set_attribute("sevents.records", batch.records())
+            span.set_attribute("sevents.dead_letters", len(batch.dead_letters))
+            self._store_isolating(batch, rejected)
         self._account(batch, rejected)
         if self.on_stored is not None:
             self.on_stored(batch)
@@ -168,3 +175,9 @@ class Handler:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
         with self._lock:
             self.stored += len(batch)
+
+
+def _keys(batch: Batch) -> Iterator[tuple[str, int]]:
+    """(record_id, seq) of every record row of ``batch``."""
+    for table, rows in batch.rows.items():
+        yield from zip(column(table, rows, "record_id"), column(table, rows, "seq"), strict=True)

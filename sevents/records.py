@@ -69,6 +69,15 @@ def impact_id(vm_id: str, detected_by: str, began_at: str) -> str:
     return _digest("i", vm_id, detected_by, began_at)
 
 
+def record_id_of(payload: bytes) -> str:
+    """The ``record_id`` of a record's JSON bytes ("" when it has none or is not a record)."""
+    try:
+        record_id = json.loads(payload).get("record_id", "")
+    except (ValueError, AttributeError):
+        return ""
+    return record_id if isinstance(record_id, str) else ""
+
+
 def _digest(*parts: str) -> str:
     # A unit separator keeps ("a|b", "c") and ("a", "b|c") apart.
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]

@@ -17,6 +17,7 @@ import sevents
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.trace import TracerProvider
 
 
 def otlp_configured(env: Mapping[str, str] | None = None) -> bool:
@@ -43,3 +44,27 @@ def make_meter_provider(
         all_readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     resource = Resource.create({"service.name": service_name, "service.version": sevents.__version__})
     return MeterProvider(resource=resource, metric_readers=all_readers)
+
+
+def traces_configured(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard variables ask for spans over OTLP."""
+    env = os.environ if env is None else env
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def install_tracer_provider(service_name: str, env: Mapping[str, str] | None = None) -> TracerProvider | None:
+    """The global tracer provider, exporting over OTLP/HTTP, when the standard variables ask for it; else None
+    (the API's no-op tracer stays, and the SDK is never imported). Shut it down to send what is buffered."""
+    if not traces_configured(env):
+        return None
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": service_name, "service.version": sevents.__version__})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return provider

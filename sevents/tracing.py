@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from typing import Final
 
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 TRACEPARENT: Final = "traceparent"
 _PATTERN = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -42,3 +45,19 @@ def parse_traceparent(value: str | bytes | None) -> SpanContext | None:
     if trace_id == 0 or span_id == 0:
         return None
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 0x01))
+
+
+def record_context(record_id: str, seq: int) -> Context | None:
+    """A context whose parent is the record's ``traceparent``: a span started in it joins the record's trace."""
+    parent = parse_traceparent(traceparent_for(record_id, seq))
+    return None if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def record_links(records: Iterable[tuple[str, int]]) -> list[Link]:
+    """A link to the trace of each (record_id, seq); records whose id cannot be a trace id are left out."""
+    links = []
+    for record_id, seq in records:
+        context = parse_traceparent(traceparent_for(record_id, seq))
+        if context is not None:
+            links.append(Link(context))
+    return links
