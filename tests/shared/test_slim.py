@@ -27,6 +27,8 @@ DISTRIBUTIONS = {
     "opentelemetry.exporter": "opentelemetry-exporter-otlp-proto-http",
     "opentelemetry.metrics": "opentelemetry-api",
     "opentelemetry.trace": "opentelemetry-api",
+    "opentelemetry.context": "opentelemetry-api",
+    "opentelemetry": "opentelemetry-api",  # ``from opentelemetry import trace``: the API's modules
 }
 NAMESPACES = ("azure", "opentelemetry")
 VERMIN = "import sys; from vermin.main import main; sys.exit(main())"
