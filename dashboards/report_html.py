@@ -21,6 +21,7 @@ table { border-collapse: collapse; font-size: 12px; margin-top: 8px; }
 th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; }
 svg.chart { display: block; max-width: 100%; height: auto; margin-top: 8px; }
+.scope { font-size: 14px; margin: 8px 0; }
 """
 
 
@@ -37,20 +38,53 @@ def _short(event_id: str) -> str:
 
 
 def lanes_of(data: ReportData) -> list[svg.Lane]:
-    """One lane per (affected VM, event): Scheduled until Started (or gone), Started until gone."""
-    end = data.filters.until
-    out = []
+    """One lane per event and fault domain of each set, its VMs together (a fleet of thousands stays readable):
+    Scheduled from the first VM that saw it until it started, Started until the last VM saw it gone, the
+    announced NotBefore and the approval marked. The worst first: the longest measured downtime, then the most VMs.
+    """
+    groups: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
     for row in data.lanes:
-        first, started, ended = row["first_seen_at"], row["started_at"], row["ended_at"]
+        groups.setdefault((row["event_id"], row["fault_set_id"], row["fault_domain"]), []).append(row)
+    events = {e["event_id"]: e for e in data.events}
+    end = data.filters.until
+    ranked = []
+    for (event_id, _, _), rows in groups.items():
+        first = min((r["first_seen_at"] for r in rows if r["first_seen_at"] is not None), default=None)
+        started = min((r["started_at"] for r in rows if r["started_at"] is not None), default=None)
+        ended = None if any(r["ended_at"] is None for r in rows) else max(r["ended_at"] for r in rows)
         segments = []
         scheduled_end = started or ended or end
         if first is not None and scheduled_end > first:
             segments.append(svg.Segment(first, scheduled_end, "Scheduled"))
         if started is not None:
             segments.append(svg.Segment(started, ended or end, "Started"))
-        label = f"{domain_label(row)} / {row['vm_name']} / {row['event_type']} {_short(row['event_id'])}"
-        out.append(svg.Lane(label, tuple(segments)))
-    return out
+        event = events.get(event_id, {})
+        markers = tuple(
+            svg.Marker(moment, kind)
+            for moment, kind in ((event.get("not_before_first"), "NotBefore"), (event.get("approved_at"), "approved"))
+            if moment is not None
+        )
+        names = sorted(r["vm_name"] for r in rows)
+        down = max((r["observed_impact_s"] for r in rows if r.get("observed_impact_s") is not None), default=None)
+        shown = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
+        detail = f"{len(names)} VMs: {shown}" + ("" if down is None else f"; longest downtime {down:g} s")
+        label = f"{domain_label(rows[0])} / {rows[0]['event_type']} {_short(event_id)} ({len(names)} VMs)"
+        lane = svg.Lane(label, tuple(segments), markers, detail)
+        ranked.append(((-(down or 0.0), -len(names), first or end, label), lane))
+    return [lane for _, lane in sorted(ranked, key=lambda r: r[0])]
+
+
+def scope(data: ReportData) -> str:
+    """One line: how many events, VMs, sets and fault domains the report covers, and its worst downtime."""
+    vms = {r["vm_name"] for r in data.lanes}
+    sets = {r["fault_set_id"] for r in data.lanes}
+    domains = {(r["fault_set_id"], r["fault_domain"]) for r in data.lanes}
+    downs = [r["observed_impact_s"] for r in data.lanes if r.get("observed_impact_s") is not None]
+    worst = f"; longest downtime measured on a VM {max(downs):g} s" if downs else "; no downtime measured"
+    return (
+        f"{len(data.events)} events reaching {len(vms)} VMs in {len(sets)} sets and {len(domains)} fault domains"
+        f"{worst}; {len(data.unannounced)} unannounced pauses or reboots."
+    )
 
 
 def _span(data: ReportData) -> tuple[datetime, datetime]:
@@ -153,7 +187,8 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
     outcomes: dict[str, int] = {}
     for e in events:
         outcomes[e["outcome"]] = outcomes.get(e["outcome"], 0) + 1
-    cards = [("events", len(events)), ("VM lanes", len(data.lanes)), *sorted(outcomes.items())]
+    vms = len({r["vm_name"] for r in data.lanes})
+    cards = [("events", len(events)), ("VMs affected", vms), *sorted(outcomes.items())]
     card_html = "".join(f'<div class="card"><b>{n}</b>{escape(label)}</div>' for label, n in cards)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -162,8 +197,11 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         "<h1>Azure Scheduled Events: incident report</h1>"
         f'<p class="meta">{escape(data.filters.describe())}. Generated {generated_at:%Y-%m-%d %H:%M:%S} UTC '
         "by sevents. Times are UTC; precision is one collector poll.</p>"
+        f'<p class="scope">{escape(scope(data))}</p>'
         f'<div class="cards">{card_html}</div>'
-        "<h2>Timeline (per affected VM, by set and fault domain)</h2>"
+        "<h2>Timeline (per event and fault domain of each set, the worst first)</h2>"
+        '<p class="meta">Hover a lane for its VMs. Marks: NotBefore as announced (dashed), the approval '
+        "(triangle).</p>"
         f"{svg.timeline(lanes_of(data), start, end)}"
         "<h2>Approval latency and notice per event</h2>"
         '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '

@@ -23,11 +23,21 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Marker:
+    """A moment marked on a lane: "NotBefore" (dashed line) or "approved" (triangle)."""
+
+    at: datetime
+    kind: str
+
+
+@dataclass(frozen=True)
 class Lane:
-    """One row of the timeline (a VM and an event)."""
+    """One row of the timeline: its label, coloured spans, marks, and what hovering it tells."""
 
     label: str
     segments: tuple[Segment, ...]
+    markers: tuple[Marker, ...] = ()
+    detail: str = ""
 
 
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
@@ -54,28 +64,44 @@ def _ticks(start: datetime, end: datetime, count: int = 6) -> list[datetime]:
 def timeline(lanes: Sequence[Lane], start: datetime, end: datetime, *, width: int = 1000) -> str:
     """Horizontal lanes with coloured spans (Scheduled, Started); gaps mean the event was gone."""
     plot_w = width - LABEL_W - PAD
-    height = PAD * 2 + ROW_H * max(len(lanes), 1) + 20
+    height = PAD * 2 + ROW_H * max(len(lanes), 1) + 30
     total = max((end - start).total_seconds(), 1e-3)
 
     def x_of(moment: datetime) -> float:
         return LABEL_W + plot_w * min(max((moment - start).total_seconds() / total, 0.0), 1.0)
 
     body = []
+    same_day = start.date() == end.date()
     for tick in _ticks(start, end):
         x = x_of(tick)
         body.append(f'<line x1="{x:.1f}" y1="{PAD}" x2="{x:.1f}" y2="{height - PAD}" stroke="#ddd"/>')
-        body.append(_text(x, height - 8, f"{tick:%H:%M:%S}", "middle", 10))
+        body.append(_text(x, height - 14, f"{tick:%H:%M:%S}" if same_day else f"{tick:%m-%d %H:%M}", "middle", 10))
+    day = f"{start:%Y-%m-%d}" if same_day else f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
+    body.append(_text(LABEL_W + plot_w / 2, height - 2, f"time (UTC), {day}", "middle", 10, "axis"))
     for row, lane in enumerate(lanes):
         y = PAD + row * ROW_H
-        body.append(_text(LABEL_W - 6, y + ROW_H - 5, lane.label, "end"))
+        hover = f"<title>{escape(lane.detail)}</title>" if lane.detail else ""
+        body.append(f"<g>{hover}{_text(LABEL_W - 6, y + ROW_H - 5, lane.label, 'end')}</g>")
         for seg in lane.segments:
             x0, x1 = x_of(seg.start), x_of(seg.end)
             colour = STATE_COLOURS.get(seg.state, "#888")
             body.append(
                 f'<rect class="bar" x="{x0:.1f}" y="{y + 2}" width="{max(x1 - x0, 1.5):.1f}" height="{ROW_H - 4}" '
                 f'fill="{colour}"><title>{escape(lane.label)}: {escape(seg.state)} '
-                f"{seg.start:%H:%M:%S}-{seg.end:%H:%M:%S}</title></rect>"
+                f"{seg.start:%H:%M:%S}-{seg.end:%H:%M:%S}. {escape(lane.detail)}</title></rect>"
             )
+        for mark in lane.markers:
+            x = x_of(mark.at)
+            if mark.kind == "NotBefore":
+                body.append(
+                    f'<line class="mark" x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + ROW_H}" stroke="#222" '
+                    f'stroke-dasharray="3,2"><title>NotBefore {mark.at:%Y-%m-%d %H:%M:%S}</title></line>'
+                )
+            else:
+                body.append(
+                    f'<path class="mark" d="M{x:.1f},{y + 2} l4,6 l-8,0 z" fill="#1f60c4"><title>{escape(mark.kind)} '
+                    f"{mark.at:%Y-%m-%d %H:%M:%S}</title></path>"
+                )
     if not lanes:
         body.append(_text(width / 2, PAD + 12, "no events in this window", "middle"))
     legend_x = LABEL_W

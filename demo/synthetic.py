@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dashboards.report_data import Filters, ReportData
 from sevents import records
 
 BASE_TIME = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -143,3 +144,55 @@ def stream(count: int, *, vms: int = 100) -> Iterator[dict[str, Any]]:
             observed_at=BASE_TIME + timedelta(milliseconds=i),
             seq=i // vms + 1,
         )
+
+
+def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> ReportData:
+    """Report data of a fleet: half the VMs in availability set web, half in api, three fault domains each, every
+    event reaching every VM of one set (alternately), each VM down 5-11 s."""
+    event_rows, lanes = [], []
+    for e in range(events):
+        event_id = f"{e:04d}EEEE-{e}"
+        first, started = start + timedelta(minutes=10 * e), start + timedelta(minutes=10 * e + 2)
+        event_rows.append(
+            {
+                "event_id": event_id,
+                "event_type": "Freeze",
+                "event_source": "Platform",
+                "outcome": "completed",
+                "first_seen_at": first,
+                "not_before_first": first + timedelta(minutes=15),
+                "approved_at": started,
+                "started_at": started,
+                "ended_at": started + timedelta(minutes=5),
+                "approval_latency_s": 120.0,
+                "notice_s": 120.0,
+                "duration_s": 7,
+                "started_to_gone_s": 300.0,
+                "observed_impact_s": 11.0,
+                "impacted_vms": vms // 2,
+                "affected_vm_count": vms // 2,
+                "fault_domains": [0, 1, 2],
+                "fault_domain_labels": [],
+            }
+        )
+        for v in range(vms):
+            group = "web" if v < vms // 2 else "api"
+            if (e % 2 == 0) != (group == "web"):
+                continue
+            lanes.append(
+                {
+                    "event_id": event_id,
+                    "event_type": "Freeze",
+                    "vm_name": f"{group}-{v}",
+                    "fault_domain": v % 3,
+                    "fault_set": group,
+                    "fault_set_id": f"id-of-{group}",
+                    "first_seen_at": first,
+                    "started_at": started,
+                    "ended_at": started + timedelta(minutes=5),
+                    "outcome": "completed",
+                    "observed_impact_s": 5.0 + v % 7,
+                }
+            )
+    window = Filters(since=start - timedelta(hours=1), until=start + timedelta(minutes=10 * events + 60))
+    return ReportData(window, event_rows, lanes, [])

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from dashboards.report import Filters, ReportData, main, parse_moment, select
-from dashboards.report_html import impact_by_fault_domain, render
+from dashboards.report_html import impact_by_fault_domain, lanes_of, render
+from demo.synthetic import fleet_report
 from tests.dashboards.conftest import Seeded, around
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +149,32 @@ def test_impact_by_fault_domain_keeps_sets_apart() -> None:
     data = _data()
     data.lanes.append(_lane("CCCC-3", "api-0", 0, down_s=12.0, fault_set="api"))
     assert impact_by_fault_domain(data) == [("api / FD 0", [12.0, 12.0]), ("web / FD 0", [6.0, 7.5])]
-    assert "api / FD 0 / api-0 / Reboot CCCC-3" in render(data, generated_at=T0)
+    assert "api / FD 0 / Reboot CCCC-3 (1 VMs)" in render(data, generated_at=T0)
+
+
+def test_lanes_group_the_vms_of_each_event_and_domain_worst_first() -> None:
+    """One lane per event and fault domain of its set with its VMs on hover, the longest downtime first, the
+    announced NotBefore and the approval marked; a scope line says what the report covers."""
+    lanes = lanes_of(_data())
+    assert [lane.label for lane in lanes] == [
+        "web / FD 0 / Reboot AAAA-1 (3 VMs)",
+        "web / FD 1 / Reboot BBBB-2 (1 VMs)",
+    ]
+    assert lanes[0].detail == "3 VMs: vm-0, vm-3, vm-5; longest downtime 7.5 s"
+    assert [m.kind for m in lanes[0].markers] == ["NotBefore", "approved"]
+    page = render(_data(), generated_at=T0)
+    assert "2 events reaching 4 VMs in 1 sets and 2 fault domains; longest downtime measured on a VM 7.5 s" in page
+    assert "time (UTC), 2026-11-21" in page and 'class="mark"' in page
+
+
+def test_a_report_of_2000_vms_has_a_lane_per_event_and_domain() -> None:
+    """2,000 VMs in two availability sets of 3 fault domains, 5 events each reaching every VM of one set: 15 lanes
+    (not 5,000), each naming its VMs on hover."""
+    data = fleet_report(2000, events=5)
+    lanes = lanes_of(data)
+    assert len(lanes) == 5 * 3
+    assert all("VMs:" in lane.detail and "more" in lane.detail for lane in lanes)
+    assert len(render(data, generated_at=T0)) < 2_000_000
 
 
 @pytest.mark.parametrize(
@@ -239,7 +265,8 @@ def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
     ).stdout
     assert 'data-charts-drawn="4"' in dom, dom[:500]
     bars = int(re.search(r'data-bars-drawn="(\d+)"', dom).group(1))  # type: ignore[union-attr]
-    assert bars >= len([t for t in seeded.truth if t["affected"]])
+    # a lane per event and fault domain of its set, Scheduled or Started or both, plus the charts' bars
+    assert bars >= len({(t["event_id"], seeded.fd_label(t)) for t in seeded.truth if t["affected"]})
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "dashboards-report.png"
     shot.unlink(missing_ok=True)
@@ -252,6 +279,32 @@ def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
     data = shot.read_bytes()
     assert _png_size(data) == (1280, 1800) and len(data) > 20_000
     shutil.copy(page, ARTIFACTS / "dashboards-report.html")
+
+
+@pytest.mark.slow
+def test_a_report_of_2000_vms_renders_in_chromium(tmp_path: Path) -> None:
+    """The report of a 2,000-VM fleet lays out in headless Chromium; its screenshot is kept under artifacts/
+    (load time: benchmarks/bench_report.py)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is required: bash scripts/setup.sh --test (as root)"
+    page = tmp_path / "report.html"
+    page.write_text(render(fleet_report(2000, events=5), generated_at=T0))
+    page.write_text(page.read_text().replace("</head>", f"<script>{CHECK_SCRIPT}</script></head>", 1))
+    flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert 'data-charts-drawn="4"' in dom, dom[:500]
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report-2000-vms.png"
+    shot.unlink(missing_ok=True)
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1280,1400", "--hide-scrollbars", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert _png_size(shot.read_bytes()) == (1280, 1400)
 
 
 def test_out_that_cannot_be_written_exits_1(seeded: Seeded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
