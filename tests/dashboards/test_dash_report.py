@@ -252,32 +252,38 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
-def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
-    """Headless Chromium lays out every chart with its bars; a screenshot is kept under artifacts/."""
+def _in_chromium(page: Path, tmp_path: Path, shot_name: str, height: int) -> tuple[str, bytes]:
+    """The DOM headless Chromium built from ``page`` (with CHECK_SCRIPT's counts) and a screenshot of it, kept
+    under artifacts/."""
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is required: bash scripts/setup.sh --test (as root)"
-    page = tmp_path / "report.html"
-    _report(seeded, page)
     page.write_text(page.read_text().replace("</head>", f"<script>{CHECK_SCRIPT}</script></head>", 1))
     flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run(
         [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
     ).stdout
-    assert 'data-charts-drawn="4"' in dom, dom[:500]
-    bars = int(re.search(r'data-bars-drawn="(\d+)"', dom).group(1))  # type: ignore[union-attr]
-    # a lane per event and fault domain of its set, Scheduled or Started or both, plus the charts' bars
-    assert bars >= len({(t["event_id"], seeded.fd_label(t)) for t in seeded.truth if t["affected"]})
     ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "dashboards-report.png"
+    shot = ARTIFACTS / shot_name
     shot.unlink(missing_ok=True)
     subprocess.run(
-        [*flags, f"--screenshot={shot}", "--window-size=1280,1800", "--hide-scrollbars", page.as_uri()],
+        [*flags, f"--screenshot={shot}", f"--window-size=1280,{height}", "--hide-scrollbars", page.as_uri()],
         capture_output=True,
         timeout=120,
         check=True,
     )
-    data = shot.read_bytes()
-    assert _png_size(data) == (1280, 1800) and len(data) > 20_000
+    return dom, shot.read_bytes()
+
+
+def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
+    """Headless Chromium lays out every chart with its bars; a screenshot is kept under artifacts/."""
+    page = tmp_path / "report.html"
+    _report(seeded, page)
+    dom, shot = _in_chromium(page, tmp_path, "dashboards-report.png", 1800)
+    assert 'data-charts-drawn="4"' in dom, dom[:500]
+    bars = int(re.search(r'data-bars-drawn="(\d+)"', dom).group(1))  # type: ignore[union-attr]
+    # a lane per event and fault domain of its set, Scheduled or Started or both, plus the charts' bars
+    assert bars >= len({(t["event_id"], seeded.fd_label(t)) for t in seeded.truth if t["affected"]})
+    assert _png_size(shot) == (1280, 1800) and len(shot) > 20_000
     shutil.copy(page, ARTIFACTS / "dashboards-report.html")
 
 
@@ -285,26 +291,11 @@ def test_report_renders_in_chromium(seeded: Seeded, tmp_path: Path) -> None:
 def test_a_report_of_2000_vms_renders_in_chromium(tmp_path: Path) -> None:
     """The report of a 2,000-VM fleet lays out in headless Chromium; its screenshot is kept under artifacts/
     (load time: benchmarks/bench_report.py)."""
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is required: bash scripts/setup.sh --test (as root)"
     page = tmp_path / "report.html"
     page.write_text(render(fleet_report(2000, events=5), generated_at=T0))
-    page.write_text(page.read_text().replace("</head>", f"<script>{CHECK_SCRIPT}</script></head>", 1))
-    flags = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run(
-        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
+    dom, shot = _in_chromium(page, tmp_path, "report-2000-vms.png", 1400)
     assert 'data-charts-drawn="4"' in dom, dom[:500]
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "report-2000-vms.png"
-    shot.unlink(missing_ok=True)
-    subprocess.run(
-        [*flags, f"--screenshot={shot}", "--window-size=1280,1400", "--hide-scrollbars", page.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert _png_size(shot.read_bytes()) == (1280, 1400)
+    assert _png_size(shot) == (1280, 1400) and len(shot) > 20_000
 
 
 def test_out_that_cannot_be_written_exits_1(seeded: Seeded, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
