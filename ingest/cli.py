@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import logging
 import os
@@ -11,16 +12,18 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from ingest import queries
-from ingest.clickhouse import CLIENT_ERRORS
+from ingest.clickhouse import CLIENT_ERRORS, connect, is_embedded
 from ingest.errors import IngestError
 from ingest.migrate import migrate
 from ingest.output import FORMATS, render
+from ingest.readpath import ReadServer
 from ingest.settings import IngestSettings, load
 from ingest.source_outbox import resolve
 from ingest.wiring import build, open_client
@@ -240,7 +243,8 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
             settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
         )
         log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
-        pipeline.source.run(pipeline.handler, stop)
+        with _answering_reads(settings):
+            pipeline.source.run(pipeline.handler, stop)
         log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
     finally:
         if tracing is not None:
@@ -249,6 +253,20 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         if metrics_server is not None:
             metrics_server.close()
     return 0
+
+
+@contextlib.contextmanager
+def _answering_reads(settings: IngestSettings) -> Iterator[None]:
+    """While the ingest holds an embedded directory, audit and report ask it (ingest.readpath)."""
+    if not is_embedded(settings.clickhouse):
+        yield
+        return
+    directory = Path(urlparse(settings.clickhouse).path)
+    server = ReadServer(directory, connect(settings.clickhouse))
+    try:
+        yield
+    finally:
+        server.close()
 
 
 def _unknown_type(name: str) -> str:

@@ -20,9 +20,10 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from ingest.errors import TargetError
+from ingest.readpath import ReadClient, ReadError, answering
 
 # Anything the client raises when a statement was not (or not surely) carried out.
-CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, OSError)
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, OSError, ReadError)
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,14 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
     if problems:
         raise TargetError("; ".join(problems))
     parsed = urlparse(target)
-    if parsed.scheme == "chdb" and not create and not Path(parsed.path).is_dir():
-        raise TargetError(
-            f"no embedded ClickHouse at {parsed.path}: nothing was ingested there (sevents-ingest migrate or run "
-            "creates it), or the path is mistyped"
-        )
+    if parsed.scheme == "chdb" and not create:
+        if not Path(parsed.path).is_dir():
+            raise TargetError(
+                f"no embedded ClickHouse at {parsed.path}: nothing was ingested there (sevents-ingest migrate or "
+                "run creates it), or the path is mistyped"
+            )
+        if _locked(Path(parsed.path)) and answering(Path(parsed.path)):
+            return ReadClient(Path(parsed.path))  # a running ingest holds it: ask it (ingest.readpath)
     try:
         if parsed.scheme == "chdb":
             Path(parsed.path).mkdir(parents=True, exist_ok=True)

@@ -90,8 +90,9 @@ def test_sigkill_between_insert_and_ack_then_three_loads_leave_the_same_counts(t
 
 
 @pytest.mark.slow
-def test_a_running_ingest_owns_the_embedded_directory_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """While `run` holds chdb:///dir, `audit` there fails with a clear message; SIGTERM ends `run` with 0."""
+def test_audit_and_report_work_while_the_ingest_runs_and_sigterm_stops_it(tmp_path: Path) -> None:
+    """While `run` holds chdb:///dir, `audit` and `report` there ask it (they used to fail with "Cannot lock
+    file"), read-only; SIGTERM ends `run` with 0 and takes its socket away."""
     fill_outbox(tmp_path / "vm-0", dataset())
     target = f"chdb://{tmp_path / 'ch'}"
     runner = subprocess.Popen(
@@ -105,15 +106,29 @@ def test_a_running_ingest_owns_the_embedded_directory_and_stops_cleanly_on_sigte
             time.sleep(0.1)
         assert depth(tmp_path / "vm-0") == 0
         audit = subprocess.run(
-            [*CLI, "audit", "counts", "--clickhouse", target], capture_output=True, text=True, timeout=60
+            [*CLI, "audit", "counts", "--clickhouse", target, "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
-        assert audit.returncode == 1
-        assert "open in another process" in audit.stderr
+        assert audit.returncode == 0, audit.stderr
+        assert json.loads(audit.stdout)[0]["transitions"] == 12
+        page = tmp_path / "report.html"
+        window = ["--since", "2000-01-01T00:00:00Z", "--until", "2100-01-01T00:00:00Z"]
+        report = subprocess.run(
+            [*CLI, "report", *window, "--clickhouse", target, "--out", str(page)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert report.returncode == 0, report.stderr
+        assert "<svg" in page.read_text()
     finally:
         runner.send_signal(signal.SIGTERM)
         _, err = runner.communicate(timeout=30)
     assert runner.returncode == 0
     assert "ingest stopped" in err
+    assert not (tmp_path / "ch" / "read.sock").exists()
     counts = json.loads(run_cli("audit", "counts", "--clickhouse", target, "--format", "json"))
     assert counts[0]["transitions"] == 12
 
