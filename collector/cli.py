@@ -78,6 +78,13 @@ _HELP = {
 }
 
 _EPILOG = """\
+examples:
+  sevents-collector run --config /etc/sevents/collector.toml
+  sevents-collector once --state-dir /tmp/probe                 # one poll: the new records as JSON lines
+  SEVENTS_SINK=eventhubs sevents-collector run --eventhubs-namespace ns.servicebus.windows.net \\
+      --eventhubs-name sevents                                  # managed identity: AZURE_CLIENT_ID if several
+  sevents-collector status --state-dir /var/lib/sevents-collector   # read-only
+
 Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME> environment variables
 < flags. The Event Hubs connection string is read only from SEVENTS_EVENTHUBS_CONNECTION_STRING or a file.
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.

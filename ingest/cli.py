@@ -35,8 +35,16 @@ from sevents.telemetry import install_tracer_provider, make_meter_provider
 log = logging.getLogger("ingest")
 
 EPILOG = """\
-targets: --clickhouse chdb:///abs/dir (embedded, one process per directory) or https://user@host:8443
-(password from SEVENTS_CLICKHOUSE_PASSWORD or clickhouse_password_file, never a flag).
+examples:
+  sevents-ingest run --source 'outbox:/var/lib/sevents-collector' --clickhouse chdb:///var/lib/sevents/ch
+  sevents-ingest run --source eventhubs --config /etc/sevents/ingest.toml      # workers of a consumer group
+  sevents-ingest audit disruptive --since 7d --clickhouse chdb:///var/lib/sevents/ch
+  sevents-ingest audit downtime --since 24h --format csv --clickhouse https://reader@ch.example:8443
+  sevents-ingest report --since 24h --out report.html --clickhouse chdb:///var/lib/sevents/ch
+
+targets: --clickhouse chdb:///abs/dir (embedded, one process per directory; while `run` holds it, audit and
+report ask it) or https://user@host:8443 (password from SEVENTS_CLICKHOUSE_PASSWORD or
+clickhouse_password_file, never a flag).
 Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
 
 """
