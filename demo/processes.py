@@ -102,6 +102,8 @@ def collector_process(
         "0",
         "--first-call-timeout",
         "120",  # the first requests wait in the simulator's backlog until every collector is up and it starts
+        "--request-timeout",
+        "30",  # dozens of processes on two busy cores: an answer may come late without IMDS being wrong
         "--log-level",
         "warning",
     ]
