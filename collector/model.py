@@ -238,3 +238,16 @@ class Alive:
 
     boot_id: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    """What the approval policy did about one event (``collector.approver``): the decision and its evidence."""
+
+    decision: str  # one of sevents.records.DECISIONS
+    rule: str
+    approver: str
+    decided_at: datetime
+    hook_exit: int | None = None  # None: no hook ran
+    hook_ms: int | None = None
+    http_status: int | None = None  # None: no approval was sent (or no answer came)
