@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sevents
+from collector.approver import Approver
 from collector.decode import DecodeError, decode_document
 from collector.downtime import event_for, snapshot_before
 from collector.enrich import heartbeat_record, impact_record, transition_record
@@ -77,6 +78,7 @@ class Parts:
     ticker: Ticker | None = None  # measures pauses while ``run`` runs (collector.liveness)
     alive: AliveFile | None = None  # the last moment alive, kept fresh by the ticker
     rebooted: Downtime | None = None  # the downtime across a reboot since the previous run, to be stored
+    approver: Approver | None = None  # acts on the approval policy (None, or a policy off: approves nothing)
 
 
 class Agent:
@@ -137,8 +139,17 @@ class Agent:
             downtimes = list(self._downtimes)
         if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
+            self._approve(stop)
             return []
-        return self._commit(snapshot, transitions, response.api_version, downtimes)
+        committed = self._commit(snapshot, transitions, response.api_version, downtimes)
+        self._approve(stop)
+        return committed
+
+    def _approve(self, stop: threading.Event) -> None:
+        """Offer what is committed (never what the outbox refused) to the approval policy."""
+        approver = self._parts.approver
+        if approver is not None and self._pending.committed is self._snapshot:
+            approver.offer(self._snapshot, self.instance.identity, stop)
 
     def _identity_for_poll(self, stop: threading.Event) -> None:
         """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
@@ -365,6 +376,11 @@ class Agent:
         )
         self._instance_worker.start()
         workers = [self._instance_worker]
+        approver = self._parts.approver
+        if approver is not None and approver.policy.enabled:
+            approving = threading.Thread(target=approver.run, args=(stop,), name="collector-approver", daemon=True)
+            approving.start()
+            workers.append(approving)
         ticker = self._parts.ticker
         if ticker is not None:
             ticker.on_pause = self._downtime_seen

@@ -1,0 +1,199 @@
+"""The approval policy against the IMDS simulator: real collectors, real hook processes, approvals over HTTP."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.agent import Agent
+from collector.approval import ApprovalPolicy
+from collector.settings import CollectorSettings
+from collector.wiring import build_agent
+from sevents import records
+from simulator import SimServer
+from simulator.loader import parse_scenario
+
+SPEED = 20.0  # 900 scenario seconds of notice are 45 s here: an approval that counts is far ahead of NotBefore
+
+
+def _scenario(notice: float = 900.0, approval: str = "any", event_type: str = "Reboot") -> Any:
+    return parse_scenario(
+        {
+            "name": "approve",
+            "fleet": {"groups": [{"name": "web", "kind": "availability-set", "size": 4, "fault_domains": 2}]},
+            "events": [
+                {
+                    "label": "e",
+                    "group": "web",
+                    "fault_domain": 0,
+                    "type": event_type,
+                    "at": 2,
+                    "notice": notice,
+                    "approval": approval,
+                    "started_for": 100000,
+                }
+            ],
+        },
+        "approve",
+    )
+
+
+def _hook(tmp_path: Path, body: str) -> tuple[str, ...]:
+    """A hook: a small Python script that appends what it was given to ``calls.jsonl`` and then runs ``body``."""
+    script = tmp_path / "hook.py"
+    script.write_text(
+        "import json, os, sys\n"
+        "event = json.load(sys.stdin)\n"
+        f"with open({str(tmp_path / 'calls.jsonl')!r}, 'a') as f:\n"
+        "    f.write(json.dumps({'stdin': event, 'env_id': os.environ.get('SEVENTS_EVENT_ID')}) + '\\n')\n"
+        + body
+        + "\n"
+    )
+    return (sys.executable, str(script))
+
+
+@contextmanager
+def _fleet(sim: SimServer, tmp_path: Path, policy: ApprovalPolicy) -> Iterator[dict[str, Agent]]:
+    agents = {
+        name: build_agent(
+            CollectorSettings(
+                imds_url=sim.vm_base_url(name),
+                state_dir=tmp_path / name,
+                poll_interval=0.05,
+                min_request_interval=0.0,
+                retry_deadline=2.0,
+            ),
+            approval=policy,
+        )
+        for name in sim.vm_names
+    }
+    stop = threading.Event()
+    threads = [threading.Thread(target=a.run, args=(stop,)) for a in agents.values()]
+    for thread in threads:
+        thread.start()
+    try:
+        yield agents
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        for agent in agents.values():
+            agent.close()
+
+
+def _decisions(agent: Agent) -> list[dict[str, Any]]:
+    rows = [json.loads(r.payload) for r in agent.outbox.pending(limit=10_000)]
+    return [r for r in rows if r["record_type"] == "approval"]
+
+
+def _wait(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _affected(sim: SimServer) -> list[dict[str, Any]]:
+    return [row for row in sim.truth() if row["affected"]]
+
+
+@pytest.mark.slow
+def test_a_reboot_approved_after_its_hook_starts_long_before_not_before(tmp_path: Path) -> None:
+    """One approval per event (the first VM in Resources), after its hook; the event starts then, not at NotBefore."""
+    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    with SimServer(_scenario(), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        affected = _affected(sim)
+        resources = affected[0]["resources"]
+        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        approvals = sim.approvals()
+        by_vm = {name: _decisions(agents[name]) for name in sim.vm_names}
+    fact = affected[0]
+    assert [(vm, how) for _, vm, _, how in approvals] == [(resources[0], "http")]
+    assert fact["approved_by"] == resources[0]
+    assert fact["started_at"] == fact["approved_at"] < fact["not_before"]
+    (approved,) = by_vm[resources[0]]
+    assert approved["decision"] == "approved"
+    assert approved["rule"] == "first-in-resources"
+    assert approved["hook_exit"] == 0 and approved["http_status"] == 200
+    assert approved["hook_ms"] is not None
+    # The approval (so the start) came after the hook had ended and before the collector heard IMDS answer it.
+    assert fact["approved_at"] - timedelta(milliseconds=1) <= records.parse_time(approved["decided_at"])
+    assert (
+        records.parse_time(approved["decided_at"]) - timedelta(milliseconds=approved["hook_ms"]) <= fact["approved_at"]
+    )
+    for name in resources[1:]:
+        (left,) = by_vm[name]
+        assert left["decision"] == "left_to_approver" and left["approver"] == resources[0]
+        assert left["hook_exit"] == 0 and left["http_status"] is None
+    for name in set(sim.vm_names) - set(resources):
+        assert by_vm[name] == []  # not in Resources: not this VM's event to judge
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert sorted(c["stdin"]["vm_name"] for c in calls) == sorted(resources)  # each VM drained itself
+    assert {c["env_id"] for c in calls} == {fact["event_id"]} == {c["stdin"]["event_id"] for c in calls}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("body", "timeout", "decision"),
+    [("sys.exit(3)", 30.0, "hook_failed"), ("import time; time.sleep(60)", 0.5, "hook_timeout")],
+)
+def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, body: str, timeout: float, decision: str) -> None:
+    """The event waits for NotBefore; the hook's end (its exit code, or killed at its timeout) is recorded."""
+    policy = ApprovalPolicy(
+        enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, body), hook_timeout_s=timeout
+    )
+    with SimServer(_scenario(notice=60.0), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        resources = _affected(sim)[0]["resources"]
+        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        approvals = sim.approvals()
+        fact = _affected(sim)[0]
+        first = _decisions(agents[resources[0]])
+    assert approvals == []
+    assert fact["approved_at"] is None
+    assert fact["started_at"] >= fact["not_before"]
+    (record,) = first
+    assert record["decision"] == decision and record["http_status"] is None
+    assert record["hook_exit"] == (3 if decision == "hook_failed" else -9)
+    if decision == "hook_timeout":
+        assert record["hook_ms"] >= 500
+
+
+@pytest.mark.slow
+def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -> None:
+    """With approver = "self" and approval "each", one approval per affected VM releases the event."""
+    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), approver="self")
+    with SimServer(_scenario(approval="each"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        fact = _affected(sim)[0]
+        approvals = sim.approvals()
+        records = {name: _decisions(agents[name]) for name in fact["resources"]}
+    assert sorted(vm for _, vm, _, _ in approvals) == sorted(fact["resources"])
+    assert fact["started_at"] < fact["not_before"]
+    for rows in records.values():
+        assert [(r["decision"], r["rule"], r["hook_exit"]) for r in rows] == [("approved", "self", None)]
+
+
+@pytest.mark.slow
+def test_an_event_the_policy_does_not_cover_is_never_approved(tmp_path: Path) -> None:
+    """A Reboot under a policy for Redeploy only: no hook, no approval, and a not_covered record naming the rule."""
+    policy = ApprovalPolicy(enabled=True, event_types=("Redeploy",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    with SimServer(_scenario(notice=60.0), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        resources = _affected(sim)[0]["resources"]
+        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        approvals = sim.approvals()
+        records = [r for name in resources for r in _decisions(agents[name])]
+    assert approvals == []
+    assert not (tmp_path / "calls.jsonl").exists()
+    assert {(r["decision"], r["rule"]) for r in records} == {("not_covered", "event_type")}
