@@ -9,12 +9,16 @@ the ``collector-approver`` thread (``run``), so a drain that takes minutes never
 that thread (``sevents-collector once``, harnesses) they run at once in the caller's thread. Every outcome is
 committed to the outbox as an ``approval`` record, alone (no snapshot), like a heartbeat.
 
-Decided events are remembered in memory only: after a restart an event still Scheduled is decided again, and
-its hook runs again (approving twice is harmless; hooks must be idempotent, as the README says).
+Durable before sent. What was decided is kept in the outbox's state (``LEDGER_KEY``), written before each step
+that cannot be taken back: a restart (the VM rebooting right after its approval, say) neither decides an event
+again nor loses the record of an approval it sent. An approval sent whose answer the collector did not live to
+hear is recorded at the next start as ``approved`` with no HTTP status. A collector stopped while a pre-hook ran
+runs it again (hooks must be idempotent); one stopped while a post-hook ran does not.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -27,7 +31,7 @@ from collector import hooks
 from collector.approval import ACT, DRAIN_ONLY, ApprovalPolicy, decide
 from collector.enrich import approval_record
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
-from collector.model import ApprovalOutcome, Event, Snapshot, VmIdentity
+from collector.model import ApprovalOutcome, Event, Snapshot, VmIdentity, event_from_json, event_to_json
 from collector.outbox import Outbox, OutboxError
 from sevents import records
 
@@ -35,6 +39,9 @@ log = logging.getLogger(__name__)
 
 DECIDED_KEPT: Final = 4096  # event ids remembered; far more than a VM ever has at once
 APPROVE_DEADLINE_S: Final = 30.0  # retries of one approval: well inside the shortest notice (Freeze: 15 min)
+LEDGER_KEY: Final = "approvals"  # the outbox state key of what was decided
+# The stages of an event in the ledger: its pre-hook may be running, its approval may have been sent, or it is done.
+HOOK, SENDING, DONE = "hook", "sending", "done"
 
 
 @dataclass(frozen=True)
@@ -68,11 +75,18 @@ class Approver:
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
         self._jobs: queue.Queue[tuple[_Job, VmIdentity]] = queue.Queue()
         self._running = False
+        self._lock = threading.Lock()  # the ledger: the poll thread decides, the approver thread acts
+        self._ledger: dict[str, dict[str, Any]] = self._load()
+        for event_id, entry in self._ledger.items():
+            self._decided[event_id] = entry["hooked"]
+            if entry["hooked"]:
+                self._events_seen[event_id] = event_from_json(entry["event"])
 
     def offer(self, snapshot: Snapshot, vm: VmIdentity, stop: threading.Event) -> None:
         """Decide about the events of ``snapshot`` not decided yet, and queue the post-hooks of those gone."""
         if not self.policy.enabled:
             return
+        self._recover(vm)
         present = {t.event.event_id: t.event for t in snapshot.events}
         for event_id, event in present.items():
             if event_id in self._decided:
@@ -81,16 +95,21 @@ class Approver:
             hooked = decision.action in (ACT, DRAIN_ONLY)
             self._remember(event_id, hooked)
             if hooked:
+                self._note(event_id, {"stage": HOOK, "hooked": True, "event": event_to_json(event)})
                 job = _Job(event, decision.rule, decision.approver, decision.action == ACT, False, snapshot.incarnation)
                 self._submit(job, vm, stop)
-            elif decision.rule != "in_resources":
+                continue
+            if decision.rule != "in_resources":
                 self._store(ApprovalOutcome(records.DECISION_NOT_COVERED, decision.rule, "", self._clock()), event, vm)
+            self._note(event_id, {"stage": DONE, "hooked": False})
         for event_id, hooked in list(self._decided.items()):
-            if hooked and event_id not in present and self.policy.post_hook:
-                self._decided[event_id] = False  # once
-                gone = self._events_seen.pop(event_id, None)
-                if gone is not None:
-                    self._submit(_Job(gone, "post_hook", "", False, True, None), vm, stop)
+            if event_id in present:
+                continue
+            self._decided[event_id] = False  # gone: nothing more to do for it, whatever happens next
+            gone = self._events_seen.pop(event_id, None)
+            self._note(event_id, None)
+            if hooked and gone is not None and self.policy.post_hook:
+                self._submit(_Job(gone, "post_hook", "", False, True, None), vm, stop)
 
     def run(self, stop: threading.Event) -> None:
         """Carry out queued jobs until ``stop`` (a hook running then is killed, and its decision stored)."""
@@ -129,6 +148,7 @@ class Approver:
             log.exception("approval job failed", extra={"event_id": job.event.event_id})
             return
         self._store(outcome, job.event, vm)
+        self._perform_done(job)
 
     def _carry_out(self, job: _Job, vm: VmIdentity, stop: threading.Event) -> ApprovalOutcome:
         argv = self.policy.post_hook if job.post else self.policy.pre_hook
@@ -148,6 +168,9 @@ class Approver:
             return outcome(records.DECISION_HOOK_TIMEOUT if result.timed_out else records.DECISION_HOOK_FAILED)
         if not job.approve:
             return outcome(records.DECISION_LEFT_TO_APPROVER)
+        sent = outcome(records.DECISION_APPROVED)  # what a restart records if no answer is heard
+        entry = {"stage": SENDING, "hooked": True, "event": event_to_json(job.event), "outcome": _outcome_json(sent)}
+        self._note(job.event.event_id, entry)
         try:
             self._client.approve(stop, [job.event.event_id], job.incarnation, deadline_s=APPROVE_DEADLINE_S)
         except ImdsInterrupted:
@@ -162,6 +185,54 @@ class Approver:
         log.info("event approved", extra={"event_id": job.event.event_id, "rule": job.rule})
         return outcome(records.DECISION_APPROVED, 200)
 
+    def _perform_done(self, job: _Job) -> None:
+        if not job.post:
+            with self._lock:
+                entry = self._ledger.get(job.event.event_id)
+            if entry is not None:  # not gone meanwhile
+                self._note(job.event.event_id, {**entry, "stage": DONE, "outcome": None})
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        """The ledger as the outbox keeps it; entries whose pre-hook was cut short are dropped (decided again)."""
+        try:
+            text = self._outbox.get_state(LEDGER_KEY)
+            ledger = json.loads(text) if text else {}
+            kept = {k: v for k, v in ledger.items() if v["stage"] in (SENDING, DONE)}
+            for entry in kept.values():
+                if entry["hooked"]:
+                    event_from_json(entry["event"])  # readable, or the whole ledger is not trusted
+            return kept
+        except (OutboxError, ValueError, KeyError, TypeError, AttributeError) as error:
+            self._on_fault("approval_ledger")
+            log.error("the approval ledger cannot be read; events are decided again", extra={"error": str(error)})
+            return {}
+
+    def _recover(self, vm: VmIdentity) -> None:
+        """Record the approvals sent before a restart whose answer was not heard (once, at the first offer)."""
+        with self._lock:
+            sending = [(k, v) for k, v in self._ledger.items() if v["stage"] == SENDING]
+        for event_id, entry in sending:
+            outcome = _outcome_from_json(entry["outcome"])
+            self._store(outcome, event_from_json(entry["event"]), vm)
+            self._note(event_id, {**entry, "stage": DONE, "outcome": None})
+
+    def _note(self, event_id: str, entry: dict[str, Any] | None) -> None:
+        """Keep ``entry`` for ``event_id`` (None: forget it) in the ledger, durably, before going on."""
+        with self._lock:
+            if entry is None:
+                if self._ledger.pop(event_id, None) is None:
+                    return
+            else:
+                self._ledger[event_id] = entry
+            while len(self._ledger) > DECIDED_KEPT:
+                del self._ledger[next(iter(self._ledger))]
+            text = json.dumps(self._ledger, separators=(",", ":"))
+            try:
+                self._outbox.set_state(LEDGER_KEY, text)
+            except OutboxError as error:  # the step goes on: a restart may then decide this event again
+                self._on_fault("approval_ledger")
+                log.error("approval ledger not stored", extra={"event_id": event_id, "error": str(error)})
+
     def _store(self, outcome: ApprovalOutcome, event: Event, vm: VmIdentity) -> None:
         record = approval_record(
             outcome, event, vm, api_version=self._client.api_version, collector_version=self._version
@@ -174,6 +245,30 @@ class Approver:
                 "approval decision not stored",
                 extra={"event_id": event.event_id, "decision": outcome.decision, "error": str(error)},
             )
+
+
+def _outcome_json(o: ApprovalOutcome) -> dict[str, Any]:
+    return {
+        "decision": o.decision,
+        "rule": o.rule,
+        "approver": o.approver,
+        "decided_at": records.format_time(o.decided_at),
+        "hook_exit": o.hook_exit,
+        "hook_ms": o.hook_ms,
+        "http_status": o.http_status,
+    }
+
+
+def _outcome_from_json(d: dict[str, Any]) -> ApprovalOutcome:
+    return ApprovalOutcome(
+        d["decision"],
+        d["rule"],
+        d["approver"],
+        records.parse_time(d["decided_at"]),
+        d["hook_exit"],
+        d["hook_ms"],
+        d["http_status"],
+    )
 
 
 def _hook_fields(job: _Job, vm: VmIdentity) -> dict[str, Any]:

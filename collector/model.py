@@ -218,6 +218,16 @@ def _event_in(d: dict[str, Any]) -> Event:
     )
 
 
+def event_to_json(e: Event) -> dict[str, Any]:
+    """An event as the JSON the state store keeps (the snapshot's form)."""
+    return _event_out(e)
+
+
+def event_from_json(d: dict[str, Any]) -> Event:
+    """Inverse of ``event_to_json``; ValueError (or KeyError, TypeError) on anything else."""
+    return _event_in(d)
+
+
 @dataclass(frozen=True)
 class Downtime:
     """A stretch of time the VM did not run (``collector.downtime``): from ``began_at``, the last moment it was

@@ -16,16 +16,17 @@ import pytest
 
 from collector.agent import Agent
 from collector.approval import ApprovalPolicy
+from collector.approver import LEDGER_KEY
 from collector.settings import CollectorSettings
 from collector.wiring import build_agent
 from sevents import records
-from simulator import SimServer
+from simulator import SimServer, load_scenario
 from simulator.loader import parse_scenario
 
 SPEED = 20.0  # 900 scenario seconds of notice are 45 s here: an approval that counts is far ahead of NotBefore
 
 
-def _scenario(notice: float = 900.0, approval: str = "any", event_type: str = "Reboot") -> Any:
+def _scenario(notice: float = 900.0, approval: str = "any", event_type: str = "Reboot", ends: float = 100000) -> Any:
     return parse_scenario(
         {
             "name": "approve",
@@ -39,7 +40,7 @@ def _scenario(notice: float = 900.0, approval: str = "any", event_type: str = "R
                     "at": 2,
                     "notice": notice,
                     "approval": approval,
-                    "started_for": 100000,
+                    "started_for": ends,
                 }
             ],
         },
@@ -110,7 +111,7 @@ def _affected(sim: SimServer) -> list[dict[str, Any]]:
 def test_a_reboot_approved_after_its_hook_starts_long_before_not_before(tmp_path: Path) -> None:
     """One approval per event (the first VM in Resources), after its hook; the event starts then, not at NotBefore."""
     policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
-    with SimServer(_scenario(), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+    with SimServer(load_scenario("approve-drain"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         affected = _affected(sim)
         resources = affected[0]["resources"]
@@ -173,12 +174,12 @@ def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, body: str, t
 def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -> None:
     """With approver = "self" and approval "each", one approval per affected VM releases the event."""
     policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), approver="self")
-    with SimServer(_scenario(approval="each"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+    with SimServer(load_scenario("shared-host"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         fact = _affected(sim)[0]
         approvals = sim.approvals()
         records = {name: _decisions(agents[name]) for name in fact["resources"]}
-    assert sorted(vm for _, vm, _, _ in approvals) == sorted(fact["resources"])
+    assert sorted(vm for _, vm, _, how in approvals if how == "http") == sorted(fact["resources"])
     assert fact["started_at"] < fact["not_before"]
     for rows in records.values():
         assert [(r["decision"], r["rule"], r["hook_exit"]) for r in rows] == [("approved", "self", None)]
@@ -197,3 +198,61 @@ def test_an_event_the_policy_does_not_cover_is_never_approved(tmp_path: Path) ->
     assert approvals == []
     assert not (tmp_path / "calls.jsonl").exists()
     assert {(r["decision"], r["rule"]) for r in records} == {("not_covered", "event_type")}
+
+
+@pytest.mark.slow
+def test_the_post_hook_runs_once_the_event_is_gone(tmp_path: Path) -> None:
+    """Each VM whose pre-hook ran runs its post-event hook (to undrain) once, after the event left the document."""
+    post = tmp_path / "post"
+    post.mkdir()
+    policy = ApprovalPolicy(
+        enabled=True,
+        event_types=("Reboot",),
+        pre_hook=_hook(tmp_path, "sys.exit(0)"),
+        post_hook=_hook(post, "sys.exit(0)"),
+    )
+    with SimServer(_scenario(ends=20), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+        _wait(lambda: bool(_affected(sim)) and all(r["ended_at"] for r in _affected(sim)))
+        fact = _affected(sim)[0]
+        _wait(lambda: all(len(_decisions(agents[name])) == 2 for name in fact["resources"]))
+        time.sleep(0.5)  # a few more polls: the post-hook runs once, not once per poll
+        by_vm = {name: _decisions(agents[name]) for name in fact["resources"]}
+    for rows in by_vm.values():
+        assert [r["decision"] for r in rows] == [rows[0]["decision"], "post_hook"]
+        assert rows[1]["hook_exit"] == 0
+    calls = [json.loads(line) for line in (post / "calls.jsonl").read_text().splitlines()]
+    assert sorted(c["stdin"]["vm_name"] for c in calls) == sorted(fact["resources"])
+    assert {c["stdin"]["phase"] for c in calls} == {"post"}
+
+
+def test_an_approval_sent_before_a_crash_is_recorded_at_the_restart(tmp_path: Path) -> None:
+    """The ledger said "sending" when the collector died: the restart records the approval (no HTTP status heard)
+    and neither decides the event again nor runs its hook again."""
+    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    with SimServer(_scenario(), speed=SPEED).start() as sim:
+        settings = CollectorSettings(
+            imds_url=sim.vm_base_url("web-0"), state_dir=tmp_path / "web-0", min_request_interval=0.0
+        )
+        agent = build_agent(settings, approval=policy)
+        try:
+            _wait(lambda: bool(_affected(sim)))
+            agent.poll_once()  # sees the event, runs the hook and approves (no approver thread: inline)
+            event_id = _affected(sim)[0]["event_id"]
+            ledger = json.loads(agent.outbox.get_state(LEDGER_KEY) or "{}")
+            assert ledger[event_id]["stage"] == "done"  # decided and approved in this (inline) run
+            # As if the collector had died between the POST and storing its record:
+            (approved,) = _decisions(agent)
+            outcome = {k: approved[k] for k in ("decision", "rule", "approver", "decided_at", "hook_exit", "hook_ms")}
+            ledger[event_id] = {**ledger[event_id], "stage": "sending", "outcome": {**outcome, "http_status": None}}
+            agent.outbox.set_state(LEDGER_KEY, json.dumps(ledger))
+            agent.outbox.remove([approved["seq"]])
+        finally:
+            agent.close()
+        again = build_agent(settings, approval=policy)
+        try:
+            again.poll_once()
+            rows = _decisions(again)
+        finally:
+            again.close()
+    assert [(r["decision"], r["http_status"], r["hook_exit"]) for r in rows] == [("approved", None, 0)]
+    assert len((tmp_path / "calls.jsonl").read_text().splitlines()) == 1  # the hook ran once, before the crash
