@@ -10,6 +10,7 @@ pause, a rebooted VM's collector killed and started again with a new boot id onc
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -74,7 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"sevents demo: scenario {args.scenario!r}, workdir {args.workdir}")
     try:
         run = start(
-            args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval, processes=True
+            args.workdir,
+            scenario=args.scenario,
+            speed=args.speed,
+            poll_interval=args.poll_interval,
+            processes=True,
+            approval=write_policy(args.workdir),
         )
     except ScenarioError as error:
         print(f"sevents-demo: {error}", file=sys.stderr)
@@ -97,6 +103,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         run.close()
     return 0 if ok else 1
+
+
+# The demo's drain: a second of work, then the event's VM and EventId on stdout (the collector logs a failing
+# hook's output). A real one would take the VM out of its load balancer and wait for connections to end.
+DRAIN = (
+    "import json, sys, time; e = json.load(sys.stdin); time.sleep(1.0); "
+    "print('drained', e['vm_name'], 'for', e['event_id'])"
+)
+
+
+def write_policy(workdir: Path) -> Path:
+    """The collectors' config file: approve platform Reboots after the drain hook, the first VM in Resources."""
+    path = workdir.resolve() / "collector.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hook = ", ".join(json.dumps(a) for a in (sys.executable, "-c", DRAIN))
+    path.write_text(
+        "[collector]\n\n"
+        "[approval]\n"
+        'event_types = ["Reboot"]\n'
+        'sources = ["Platform"]\n'
+        f"pre_hook = [{hook}]\n"
+        "hook_timeout_s = 30\n"
+        'approver = "first-in-resources"\n',
+        encoding="utf-8",
+    )
+    return path
 
 
 def _wait(run: FleetRun, timeout: float, began: float) -> bool:
@@ -174,6 +206,7 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
         ours = [r for r in downtime if not r["event_id"] and r["vm_name"] == d.vm_name]
         measured = ", ".join(f"{r['duration_s']:.1f}" for r in ours) or "nothing"
         print(f"Unannounced pause of {d.vm_name}: {d.down_s:.1f} s; measured {measured}")
+    _approvals(run, window, labels)
     bad = [c for c in checks if not c.ok]
     for c in bad:
         print(f"  MISMATCH {c.label or c.event_id} {c.field}: recorded {_show(c.ours)}, truth {_show(c.truth)}")
@@ -182,6 +215,26 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
         f"(each time seen at the first {poll_interval:g} s poll after it)"
     )
     return not bad
+
+
+def _approvals(run: FleetRun, window: dict[str, datetime], labels: dict[str, str]) -> None:
+    rows = queries.run(run.client, queries.APPROVALS, run.settings.database, **window).dicts()
+    shown = [
+        [
+            labels.get(a["event_id"], "?"),
+            a["event_type"],
+            a["vm_name"],
+            a["decision"],
+            a["rule"],
+            "-" if a["hook_exit"] is None else str(a["hook_exit"]),
+            _secs(a["hook_s"]),
+            "-" if a["http_status"] is None else str(a["http_status"]),
+            _secs(a["notice_saved_s"]),
+        ]
+        for a in rows
+    ]
+    print("Approval policy decisions (the collectors' [approval] table; notice saved: NotBefore minus the approval)")
+    print(table(["event", "type", "VM", "decision", "rule", "hook exit", "hook s", "HTTP", "notice saved"], shown))
 
 
 # a measured downtime is at most one collector tick longer than the real one, plus signal and scheduling delays

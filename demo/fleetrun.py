@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.agent import Agent
-from collector.settings import OUTBOX_FILE, CollectorSettings
+from collector.settings import OUTBOX_FILE, CollectorSettings, load_approval
 from collector.wiring import build_agent
 from demo.processes import CollectorProcess, Downtimes, start_collectors
 from ingest.clickhouse import _locked
@@ -137,11 +137,13 @@ def start(
     clickhouse: str | None = None,
     database: str = "sevents",
     processes: bool = False,
+    approval: Path | None = None,
 ) -> FleetRun:
     """Start the simulator, one collector per VM (threads, or ``processes``), and the ingest thread; returns at once.
 
     ``clickhouse`` defaults to ``chdb://<workdir>/clickhouse``; a process can hold one chdb directory only, so
-    tests pass the one they already use (with their own ``database``).
+    tests pass the one they already use (with their own ``database``). ``approval`` is a collector TOML file whose
+    ``[approval]`` table every collector acts on (None: nothing is approved by sevents).
     """
     workdir = workdir.resolve()
     if fresh and clickhouse is None and _locked(workdir / "clickhouse"):
@@ -165,11 +167,12 @@ def start(
     run = FleetRun(workdir, sim, settings, poll_interval)
     try:
         if processes:
-            _start_processes(run, workdir / "collectors", heartbeat_interval)
+            _start_processes(run, workdir / "collectors", heartbeat_interval, approval)
         sim.start()
         if processes:
             _follow_downtime(run)
         base = CollectorSettings()
+        policy = load_approval(approval)
         for name in [] if processes else sim.vm_names:
             collector = dataclasses.replace(
                 base,
@@ -180,7 +183,7 @@ def start(
                 min_request_interval=0.0,
                 first_call_timeout=10.0,
             )
-            run.agents.append(build_agent(collector))
+            run.agents.append(build_agent(collector, approval=policy))
         run.pipeline = build(settings, run.ingest_stop)
         for agent in run.agents:
             run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))
@@ -192,9 +195,11 @@ def start(
     return run
 
 
-def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float) -> None:
+def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float, config: Path | None) -> None:
     run.processes.extend(
-        start_collectors(run.sim, root, poll_interval=run.poll_interval, heartbeat_interval=heartbeat_interval)
+        start_collectors(
+            run.sim, root, poll_interval=run.poll_interval, heartbeat_interval=heartbeat_interval, config=config
+        )
     )
 
 

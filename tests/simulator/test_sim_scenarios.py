@@ -144,6 +144,19 @@ def check_downtime(s: SimServer, rows: list[dict[str, Any]]) -> None:
     assert labels["freeze"][0]["duration_s"] == 4  # a Freeze is down for what it announces
 
 
+def check_shared_host(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """One VM's approval of an "each" event is recorded but releases nothing: the event waits for NotBefore."""
+    assert sorted(r["vm_name"] for r in rows) == ["host-0", "host-1", "host-2"]
+    for r in rows:
+        assert r["resources"] == ["host-0", "host-1", "host-2"] and r["approved_at"] is None
+        assert secs(s, r["started_at"] - r["first_visible_at"]) == pytest.approx(900)
+    assert {r["vm_name"]: r["vm_approved_at"] is not None for r in rows} == {
+        "host-0": True,
+        "host-1": False,
+        "host-2": False,
+    }
+
+
 CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "live-migration": check_live_migration,
     "platform-reboot": check_unapproved("Reboot"),
@@ -162,6 +175,8 @@ CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "incarnation-reset": check_reset,
     "demo": check_demo,
     "vm-downtime": check_downtime,
+    "approve-drain": check_unapproved("Reboot"),  # no collectors here: nobody approves, it starts at NotBefore
+    "shared-host": check_shared_host,
 }
 
 
