@@ -116,6 +116,8 @@ def _dropped(connection: http.client.HTTPConnection) -> bool:
     if sock is None:
         return True
     try:
+        if not hasattr(select, "poll"):  # Windows: select() takes sockets there, and a collector has few
+            return bool(select.select([sock], [], [], 0)[0])
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         return bool(poller.poll(0))
