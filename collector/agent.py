@@ -94,6 +94,8 @@ class Agent:
         self._stop = threading.Event()
         self.health = PollHealth(parts.metrics)
         self.client.on_error = self.health.fault
+        if parts.approver is not None:
+            parts.approver.on_fault = self.health.fault
         if parts.shipper is not None:
             parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
         self.started_at = self._clock()

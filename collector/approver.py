@@ -70,7 +70,7 @@ class Approver:
         self.policy = policy
         self._client, self._outbox, self._clock = client, outbox, clock
         self._version = collector_version
-        self._on_fault = on_fault
+        self.on_fault = on_fault  # the agent counts each fault (health)
         self._decided: dict[str, bool] = {}  # event id -> whether its pre-hook runs (so the post-hook too)
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
         self._jobs: queue.Queue[tuple[_Job, VmIdentity]] = queue.Queue()
@@ -144,7 +144,7 @@ class Approver:
         try:
             outcome = self._carry_out(job, vm, stop)
         except Exception:  # a job must never take the collector down; the log says what broke
-            self._on_fault("approval_internal")
+            self.on_fault("approval_internal")
             log.exception("approval job failed", extra={"event_id": job.event.event_id})
             return
         self._store(outcome, job.event, vm)
@@ -176,7 +176,7 @@ class Approver:
         except ImdsInterrupted:
             return outcome(records.DECISION_APPROVE_FAILED)
         except ImdsError as error:
-            self._on_fault("approve_" + error.kind)
+            self.on_fault("approve_" + error.kind)
             log.error(
                 "approval not accepted by IMDS",
                 extra={"event_id": job.event.event_id, "kind": error.kind, "status": error.status},
@@ -203,7 +203,7 @@ class Approver:
                     event_from_json(entry["event"])  # readable, or the whole ledger is not trusted
             return kept
         except (OutboxError, ValueError, KeyError, TypeError, AttributeError) as error:
-            self._on_fault("approval_ledger")
+            self.on_fault("approval_ledger")
             log.error("the approval ledger cannot be read; events are decided again", extra={"error": str(error)})
             return {}
 
@@ -230,7 +230,7 @@ class Approver:
             try:
                 self._outbox.set_state(LEDGER_KEY, text)
             except OutboxError as error:  # the step goes on: a restart may then decide this event again
-                self._on_fault("approval_ledger")
+                self.on_fault("approval_ledger")
                 log.error("approval ledger not stored", extra={"event_id": event_id, "error": str(error)})
 
     def _store(self, outcome: ApprovalOutcome, event: Event, vm: VmIdentity) -> None:
@@ -240,7 +240,7 @@ class Approver:
         try:
             self._outbox.commit([record], None)
         except OutboxError as error:  # the decision stands; only its record is lost, and the log keeps it
-            self._on_fault("approval_not_stored")
+            self.on_fault("approval_not_stored")
             log.error(
                 "approval decision not stored",
                 extra={"event_id": event.event_id, "decision": outcome.decision, "error": str(error)},
