@@ -117,7 +117,7 @@ class Approver:
         try:
             while not stop.is_set():
                 try:
-                    job, vm = self._jobs.get(timeout=0.2)
+                    job, vm = self._jobs.get(timeout=1.0)  # a hook running at stop is killed at once
                 except queue.Empty:
                     continue
                 self._perform(job, vm, stop)

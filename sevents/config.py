@@ -54,7 +54,9 @@ def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], 
     document, problems = read_toml_document(path)
     if problems or path is None:
         return {}, problems
-    table = document.get(section, document)
+    # A file without the table is read at its top level, where the other programs' tables ([approval], [ingest])
+    # are not settings of this one: no setting is a table.
+    table = document[section] if section in document else {k: v for k, v in document.items() if not isinstance(v, dict)}
     if not isinstance(table, dict):
         return {}, [f"config file {path}: [{section}] is not a table"]
     return table, []

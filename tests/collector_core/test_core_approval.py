@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,10 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.approval import ACT, APPROVABLE_TYPES, DRAIN_ONLY, SKIP, ApprovalPolicy, decide, parse_policy
-from collector.hooks import EXIT_KILLED, EXIT_NOT_STARTED, run_hook
 from collector.imds import approval_body
 from collector.model import Event
-from collector.settings import load_approval
+from collector.settings import load_approval, load_settings
 from sevents.errors import ConfigError
 from tests.tiers import examples
 
@@ -152,35 +149,9 @@ def test_the_approval_body_follows_the_docs_of_each_version(version: str, expect
     assert approval_body(["E"], version, 5) == expected
 
 
-def test_a_hook_gets_the_event_on_stdin_and_in_its_environment(tmp_path: Path) -> None:
-    """No shell: the argv runs as given; its output is captured and bounded; a missing program is 127."""
-    code = (
-        "import json,os,sys; e=json.load(sys.stdin); print(e['event_id'], os.environ['SEVENTS_RESOURCES']); "
-        "print('x'*9000)"
-    )
-    result = run_hook(
-        (sys.executable, "-c", code),
-        {"event_id": "E; rm -rf /", "resources": ["a", "b"]},
-        timeout_s=30,
-        stop=threading.Event(),
-    )
-    assert result.ok and result.exit_code == 0
-    assert len(result.output) <= 4096 and result.output.endswith("x\n")
-    first = run_hook(
-        (sys.executable, "-c", code.replace("print('x'*9000)", "")),
-        {"event_id": "E; rm", "resources": ["a", "b"]},
-        timeout_s=30,
-        stop=threading.Event(),
-    )
-    assert first.output.strip() == "E; rm a,b"
-    missing = run_hook((str(tmp_path / "nope"),), {}, timeout_s=5, stop=threading.Event())
-    assert missing.exit_code == EXIT_NOT_STARTED and not missing.ok
-
-
-def test_a_hook_is_killed_when_the_collector_stops(tmp_path: Path) -> None:
-    """Stop ends a hanging hook at once rather than at its timeout."""
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
-    result = run_hook((sys.executable, "-c", "import time; time.sleep(60)"), {}, timeout_s=60, stop=stop)
-    assert result.timed_out and result.exit_code == EXIT_KILLED
-    assert result.duration_s < 60
+def test_a_file_with_only_an_approval_table_configures_the_collector_too(tmp_path: Path) -> None:
+    """Without a [collector] table the file's top level holds the collector's settings; [approval] is not one."""
+    path = tmp_path / "collector.toml"
+    path.write_text('poll_interval = 2\n\n[approval]\nevent_types = ["Reboot"]\n')
+    assert load_settings(file=path, env={}).poll_interval == 2.0
+    assert load_approval(path).event_types == ("Reboot",)
