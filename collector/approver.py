@@ -81,13 +81,16 @@ class Approver:
             self._decided[event_id] = entry["hooked"]
             if entry["hooked"]:
                 self._events_seen[event_id] = event_from_json(entry["event"])
+        self._recovered = False
 
     def offer(self, snapshot: Snapshot, vm: VmIdentity, stop: threading.Event) -> None:
         """Decide about the events of ``snapshot`` not decided yet, and queue the post-hooks of those gone."""
         if not self.policy.enabled:
             return
-        self._recover(vm)
         present = {t.event.event_id: t.event for t in snapshot.events}
+        if not self._recovered:
+            self._recover(vm, present)
+            self._recovered = True
         for event_id, event in present.items():
             if event_id in self._decided:
                 continue
@@ -95,7 +98,8 @@ class Approver:
             hooked = decision.action in (ACT, DRAIN_ONLY)
             self._remember(event_id, hooked)
             if hooked:
-                self._note(event_id, {"stage": HOOK, "hooked": True, "event": event_to_json(event)})
+                entry = {"stage": HOOK, "hooked": True, "event": event_to_json(event)}
+                self._note(event_id, {**entry, "rule": decision.rule, "approver": decision.approver})
                 job = _Job(event, decision.rule, decision.approver, decision.action == ACT, False, snapshot.incarnation)
                 self._submit(job, vm, stop)
                 continue
@@ -193,11 +197,11 @@ class Approver:
                 self._note(job.event.event_id, {**entry, "stage": DONE, "outcome": None})
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        """The ledger as the outbox keeps it; entries whose pre-hook was cut short are dropped (decided again)."""
+        """The ledger as the outbox keeps it (every entry readable, or none is trusted)."""
         try:
             text = self._outbox.get_state(LEDGER_KEY)
             ledger = json.loads(text) if text else {}
-            kept = {k: v for k, v in ledger.items() if v["stage"] in (SENDING, DONE)}
+            kept = {k: v for k, v in ledger.items() if v["stage"] in (HOOK, SENDING, DONE)}
             for entry in kept.values():
                 if entry["hooked"]:
                     event_from_json(entry["event"])  # readable, or the whole ledger is not trusted
@@ -207,13 +211,24 @@ class Approver:
             log.error("the approval ledger cannot be read; events are decided again", extra={"error": str(error)})
             return {}
 
-    def _recover(self, vm: VmIdentity) -> None:
-        """Record the approvals sent before a restart whose answer was not heard (once, at the first offer)."""
+    def _recover(self, vm: VmIdentity, present: dict[str, Event]) -> None:
+        """What a restart cut short (once, at the first offer): an approval sent whose answer was not heard is
+        recorded; a pre-hook cut short runs again if its event is still Scheduled, else is recorded as
+        ``hook_interrupted`` (the event went on without it: the approver's release, or NotBefore)."""
         with self._lock:
-            sending = [(k, v) for k, v in self._ledger.items() if v["stage"] == SENDING]
-        for event_id, entry in sending:
-            outcome = _outcome_from_json(entry["outcome"])
-            self._store(outcome, event_from_json(entry["event"]), vm)
+            cut = [(k, v) for k, v in self._ledger.items() if v["stage"] in (SENDING, HOOK)]
+        for event_id, entry in cut:
+            event = event_from_json(entry["event"])
+            if entry["stage"] == SENDING:
+                self._store(_outcome_from_json(entry["outcome"]), event, vm)
+            elif event_id in present and present[event_id].status == "Scheduled":
+                del self._decided[event_id]  # decided again below: its hook runs again
+                self._events_seen.pop(event_id, None)
+                self._note(event_id, None)
+                continue
+            else:
+                decision = records.DECISION_HOOK_INTERRUPTED
+                self._store(ApprovalOutcome(decision, entry["rule"], entry["approver"], self._clock()), event, vm)
             self._note(event_id, {**entry, "stage": DONE, "outcome": None})
 
     def _note(self, event_id: str, entry: dict[str, Any] | None) -> None:

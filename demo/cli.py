@@ -10,7 +10,6 @@ pause, a rebooted VM's collector killed and started again with a new boot id onc
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -80,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             speed=args.speed,
             poll_interval=args.poll_interval,
             processes=True,
-            approval=write_policy(args.workdir),
         )
     except ScenarioError as error:
         print(f"sevents-demo: {error}", file=sys.stderr)
@@ -103,32 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         run.close()
     return 0 if ok else 1
-
-
-# The demo's drain: a second of work, then the event's VM and EventId on stdout (the collector logs a failing
-# hook's output). A real one would take the VM out of its load balancer and wait for connections to end.
-DRAIN = (
-    "import json, sys, time; e = json.load(sys.stdin); time.sleep(1.0); "
-    "print('drained', e['vm_name'], 'for', e['event_id'])"
-)
-
-
-def write_policy(workdir: Path) -> Path:
-    """The collectors' config file: approve platform Reboots after the drain hook, the first VM in Resources."""
-    path = workdir.resolve() / "collector.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    hook = ", ".join(json.dumps(a) for a in (sys.executable, "-c", DRAIN))
-    path.write_text(
-        "[collector]\n\n"
-        "[approval]\n"
-        'event_types = ["Reboot"]\n'
-        'sources = ["Platform"]\n'
-        f"pre_hook = [{hook}]\n"
-        "hook_timeout_s = 30\n"
-        'approver = "first-in-resources"\n',
-        encoding="utf-8",
-    )
-    return path
 
 
 def _wait(run: FleetRun, timeout: float, began: float) -> bool:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import shutil
 import sqlite3
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +160,8 @@ def start(
             shutil.rmtree(workdir / part, ignore_errors=True)
     (workdir / "collectors").mkdir(parents=True, exist_ok=True)
     sim = SimServer(load_scenario(scenario), speed=speed)
+    if approval is None and sim.scenario.collector_approval is not None:
+        approval = write_approval_config(workdir / "collector.toml", sim.scenario.collector_approval)
     settings = IngestSettings(
         clickhouse=clickhouse or f"chdb://{workdir / 'clickhouse'}",
         database=database,
@@ -193,6 +198,22 @@ def start(
         run.close()
         raise
     return run
+
+
+def write_approval_config(path: Path, table: Mapping[str, Any]) -> Path:
+    """A collector TOML file holding ``table`` as its ``[approval]`` (``{python}`` in an argv: this interpreter)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, str):
+            return json.dumps(v.replace("{python}", sys.executable))  # a JSON string is a TOML basic string
+        return json.dumps(v)  # numbers, true/false
+
+    lines = ["[collector]", "", "[approval]", *(f"{k} = {value(v)}" for k, v in table.items())]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float, config: Path | None) -> None:

@@ -167,7 +167,8 @@ APPROVAL: Final = (
     _text("event_id", key=True),
     _text(
         "decision",
-        "approved | approve_failed | left_to_approver | hook_failed | hook_timeout | not_covered | post_hook",
+        "approved | approve_failed | left_to_approver | hook_failed | hook_timeout | hook_interrupted | "
+        "not_covered | post_hook",
         column=_LC,
         key=True,
     ),

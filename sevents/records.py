@@ -33,6 +33,7 @@ DECISION_APPROVE_FAILED: Final = "approve_failed"
 DECISION_LEFT_TO_APPROVER: Final = "left_to_approver"
 DECISION_HOOK_FAILED: Final = "hook_failed"
 DECISION_HOOK_TIMEOUT: Final = "hook_timeout"
+DECISION_HOOK_INTERRUPTED: Final = "hook_interrupted"  # the collector stopped while the hook ran; the event went on
 DECISION_NOT_COVERED: Final = "not_covered"
 DECISION_POST_HOOK: Final = "post_hook"
 DECISIONS: Final = (
@@ -41,6 +42,7 @@ DECISIONS: Final = (
     DECISION_LEFT_TO_APPROVER,
     DECISION_HOOK_FAILED,
     DECISION_HOOK_TIMEOUT,
+    DECISION_HOOK_INTERRUPTED,
     DECISION_NOT_COVERED,
     DECISION_POST_HOOK,
 )

@@ -1,10 +1,11 @@
 -- Approvals sevents made (issue 12): one row per decision of a collector's approval policy about one event.
 --
 -- decision is approved (the StartRequests POST was accepted), approve_failed, left_to_approver (this VM ran its
--- pre-approval hook; another VM, named in approver, approves), hook_failed or hook_timeout (nothing approved),
--- not_covered (the policy does not cover the event; rule names the first rule it failed) or post_hook (the hook
--- run once the event was gone). hook_s is the hook's duration in seconds (NULL: no hook ran), http_status the
--- approval POST's status (NULL: none sent). Rows are deduplicated by approval_id (VM, event, decision).
+-- pre-approval hook; another VM, named in approver, approves), hook_failed, hook_timeout or hook_interrupted
+-- (the collector stopped while the hook ran; nothing approved), not_covered (the policy does not cover the event;
+-- rule names the first rule it failed) or post_hook (the hook run once the event was gone). hook_s is the hook's
+-- duration in seconds (NULL: no hook ran), http_status the approval POST's status (NULL: none sent, or the
+-- collector did not live to hear it). Rows are deduplicated by approval_id (VM, event, decision).
 -- An event approved with no row here was approved by someone outside sevents (approved_at of events).
 
 -- @distributed approvals cityHash64(vm_id)

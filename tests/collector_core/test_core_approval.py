@@ -15,6 +15,7 @@ from collector.imds import approval_body
 from collector.model import Event
 from collector.settings import load_approval, load_settings
 from sevents.errors import ConfigError
+from simulator import BUILTIN_SCENARIOS, load_scenario
 from tests.tiers import examples
 
 NAMES = ("vm0", "vm1", "VM2", "other")
@@ -155,3 +156,12 @@ def test_a_file_with_only_an_approval_table_configures_the_collector_too(tmp_pat
     path.write_text('poll_interval = 2\n\n[approval]\nevent_types = ["Reboot"]\n')
     assert load_settings(file=path, env={}).poll_interval == 2.0
     assert load_approval(path).event_types == ("Reboot",)
+
+
+def test_every_scenario_policy_is_a_valid_approval_table() -> None:
+    """The [collector_approval] tables of the built-in scenarios pass the collector's own validation."""
+    tables = {name: load_scenario(name).collector_approval for name in BUILTIN_SCENARIOS}
+    given = {name: table for name, table in tables.items() if table is not None}
+    assert {"demo", "approve-drain", "approve-hook-fails", "approve-hook-hangs", "shared-host"} <= set(given)
+    for name, table in given.items():
+        assert parse_policy(table, name)[1] == [], name

@@ -17,8 +17,10 @@ import pytest
 from collector.agent import Agent
 from collector.approval import ApprovalPolicy
 from collector.approver import LEDGER_KEY
-from collector.settings import CollectorSettings
+from collector.imds import ImdsClient
+from collector.settings import CollectorSettings, load_approval
 from collector.wiring import build_agent
+from demo.fleetrun import write_approval_config
 from sevents import records
 from simulator import SimServer, load_scenario
 from simulator.loader import parse_scenario
@@ -143,17 +145,21 @@ def test_a_reboot_approved_after_its_hook_starts_long_before_not_before(tmp_path
     assert {c["env_id"] for c in calls} == {fact["event_id"]} == {c["stdin"]["event_id"] for c in calls}
 
 
+def _policy_of(scenario: str, tmp_path: Path) -> ApprovalPolicy:
+    """The [collector_approval] table a built-in scenario gives its collectors, as the demo hands it over."""
+    table = load_scenario(scenario).collector_approval
+    assert table is not None
+    return load_approval(write_approval_config(tmp_path / f"{scenario}.toml", table))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("body", "timeout", "decision"),
-    [("sys.exit(3)", 30.0, "hook_failed"), ("import time; time.sleep(60)", 0.5, "hook_timeout")],
+    ("scenario", "decision"), [("approve-hook-fails", "hook_failed"), ("approve-hook-hangs", "hook_timeout")]
 )
-def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, body: str, timeout: float, decision: str) -> None:
+def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, scenario: str, decision: str) -> None:
     """The event waits for NotBefore; the hook's end (its exit code, or killed at its timeout) is recorded."""
-    policy = ApprovalPolicy(
-        enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, body), hook_timeout_s=timeout
-    )
-    with SimServer(_scenario(notice=60.0), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
+    policy = _policy_of(scenario, tmp_path)
+    with SimServer(load_scenario(scenario), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         resources = _affected(sim)[0]["resources"]
         _wait(lambda: all(_decisions(agents[name]) for name in resources))
@@ -165,15 +171,15 @@ def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, body: str, t
     assert fact["started_at"] >= fact["not_before"]
     (record,) = first
     assert record["decision"] == decision and record["http_status"] is None
-    assert record["hook_exit"] == (3 if decision == "hook_failed" else -9)
+    assert record["hook_exit"] == (1 if decision == "hook_failed" else -9)
     if decision == "hook_timeout":
-        assert record["hook_ms"] >= 500
+        assert record["hook_ms"] >= policy.hook_timeout_s * 1000
 
 
 @pytest.mark.slow
 def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -> None:
     """With approver = "self" and approval "each", one approval per affected VM releases the event."""
-    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), approver="self")
+    policy = _policy_of("shared-host", tmp_path)
     with SimServer(load_scenario("shared-host"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         fact = _affected(sim)[0]
@@ -256,3 +262,42 @@ def test_an_approval_sent_before_a_crash_is_recorded_at_the_restart(tmp_path: Pa
             again.close()
     assert [(r["decision"], r["http_status"], r["hook_exit"]) for r in rows] == [("approved", None, 0)]
     assert len((tmp_path / "calls.jsonl").read_text().splitlines()) == 1  # the hook ran once, before the crash
+
+
+@pytest.mark.slow
+def test_a_hook_cut_short_by_a_restart_is_recorded_once_the_event_went_on(tmp_path: Path) -> None:
+    """A drain-only VM whose collector died in its hook (the approver's release rebooted it): after the restart the
+    event is Started, so the hook is not run again and the decision is hook_interrupted, with the rule it had."""
+    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    with SimServer(_scenario(), speed=SPEED).start() as sim:
+        # web-2 is the second VM of fault domain 0: it drains, web-0 approves.
+        settings = CollectorSettings(
+            imds_url=sim.vm_base_url("web-2"), state_dir=tmp_path / "web-2", min_request_interval=0.0
+        )
+        agent = build_agent(settings, approval=policy)
+        try:
+            _wait(lambda: bool(_affected(sim)))
+            agent.poll_once()
+            event_id = _affected(sim)[0]["event_id"]
+            (left,) = _decisions(agent)
+            assert left["decision"] == "left_to_approver"
+            ledger = json.loads(agent.outbox.get_state(LEDGER_KEY) or "{}")
+            # As if the collector had died while its hook ran:
+            ledger[event_id] = {**ledger[event_id], "stage": "hook", "rule": left["rule"], "approver": left["approver"]}
+            agent.outbox.set_state(LEDGER_KEY, json.dumps(ledger))
+            agent.outbox.remove([left["seq"]])
+        finally:
+            agent.close()
+        # The event goes on: web-0 approves it (over HTTP, as its collector would).
+        ImdsClient(sim.vm_base_url("web-0")).approve(threading.Event(), [event_id], None)
+        _wait(lambda: all(r["started_at"] for r in _affected(sim)))
+        again = build_agent(settings, approval=policy)
+        try:
+            again.poll_once()
+            rows = _decisions(again)
+        finally:
+            again.close()
+    assert [(r["decision"], r["rule"], r["approver"], r["hook_exit"]) for r in rows] == [
+        ("hook_interrupted", "first-in-resources", "web-0", None)
+    ]
+    assert len((tmp_path / "calls.jsonl").read_text().splitlines()) == 1  # not run again once the event went on
