@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,9 @@ from collector.agent import AgentError
 from collector.approval import ApprovalPolicy
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
-from collector.outbox import Outbox, OutboxError
+from collector.outbox import OutboxError
 from collector.settings import SECTION, CollectorSettings, load_approval, load_settings
+from collector.status import StatusError, read_status
 from collector.wiring import build_agent
 from sevents import records
 from sevents.config import env_name, read_toml_section
@@ -59,8 +61,8 @@ _HELP = {
     "discover_endpoint": "non-VNET VMs: take the IMDS address from DHCP option 245 in the lease files",
     "dhcp_lease_globs": "comma-separated lease file globs searched for option 245",
     "sink": "local (sevents-ingest reads the outbox; default) or eventhubs",
-    "ship_batch": "rows per batch sent to the sink (default 500)",
-    "ship_max_wait": "seconds a partial batch may wait before it is sent (default 1)",
+    "ship_batch": "rows per batch sent to the sink (default 2000)",
+    "ship_max_wait": "seconds a partial batch may wait before it is sent (default 0: at once)",
     "drain_timeout": "seconds SIGTERM may spend shipping what is left (default 10)",
     "eventhubs_namespace": "Event Hubs namespace, fully qualified (managed identity)",
     "eventhubs_name": "event hub name",
@@ -137,9 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser(
         "status",
         allow_abbrev=False,
-        help="print the outbox state of --state-dir as JSON",
-        description="Print the outbox of --state-dir as JSON: rows waiting (depth), payload bytes, last seq, drops "
-        "by reason, and whether a snapshot exists. Opens the outbox read-write, so run it as the collector's user.",
+        help="print the state of --state-dir as JSON (read-only)",
+        description="Print what --state-dir says about its collector, as JSON: rows waiting to be shipped (depth, "
+        "by record type), bytes, last seq, drops by reason, the last document stored (incarnation, each event's "
+        "type and status), and the last moment the collector knew its VM running, with its age (a few seconds "
+        "while it runs). Read-only: it needs read access only and changes nothing, while the collector runs or not.",
         epilog="exit status: 0 ok, 3 no outbox in --state-dir, or it cannot be opened.",
     )
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the collector's state dir")
@@ -284,18 +288,10 @@ def _run_agent(
 
 
 def _status(state_dir: Path) -> int:
-    path = state_dir / "outbox.sqlite"
-    if not path.exists():
-        print(f"sevents-collector: no outbox at {path}", file=sys.stderr)
+    try:
+        status = read_status(state_dir, datetime.now(timezone.utc))
+    except StatusError as error:
+        print(f"sevents-collector: {error}", file=sys.stderr)
         return EXIT_FATAL
-    with Outbox(path) as outbox:
-        status: dict[str, Any] = {
-            "outbox": str(path),
-            "depth": outbox.depth(),
-            "size_bytes": outbox.size_bytes(),
-            "last_seq": outbox.last_seq(),
-            "drops": outbox.drops(),
-            "has_snapshot": outbox.snapshot() is not None,
-        }
     print(json.dumps(status, indent=2))
     return EXIT_OK

@@ -18,7 +18,7 @@ from collector.approval import ApprovalPolicy, parse_policy
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
-from sevents.config import build, host_port_problems, read_toml_document, read_toml_section
+from sevents.config import build, host_port_problems, one_of, read_toml_document, read_toml_section
 from sevents.errors import ConfigError
 
 SECTION: Final = "collector"
@@ -52,8 +52,10 @@ class CollectorSettings:
     discover_endpoint: bool = False  # non-VNET VMs: take the IMDS address from DHCP option 245
     dhcp_lease_globs: tuple[str, ...] = DEFAULT_LEASE_GLOBS
     sink: str = "local"  # local: sevents-ingest reads the outbox; eventhubs: ship to Event Hubs
-    ship_batch: int = 500
-    ship_max_wait: float = 1.0  # ship a partial batch once its oldest row waited this long
+    # Rows go as soon as they are committed; rows committed while a send is in flight go together with the
+    # next one, up to ship_batch rows (the Event Hubs sink packs them into batches of up to 1 MB).
+    ship_batch: int = 2000
+    ship_max_wait: float = 0.0  # >0: let a partial batch wait this long for more rows (fewer, larger sends)
     drain_timeout: float = 10.0  # on SIGTERM, how long shipping may take to empty the outbox
     eventhubs_namespace: str = ""  # fully qualified, e.g. myns.servicebus.windows.net (managed identity)
     eventhubs_name: str = ""
@@ -85,8 +87,7 @@ def validate(s: CollectorSettings) -> list[str]:
     url = urlsplit(s.imds_url)
     if url.scheme != "http" or not url.hostname:
         problems.append(f"imds_url must be an http:// URL (IMDS is plain HTTP), got {s.imds_url!r}")
-    if s.api_version not in SCHEDULED_EVENTS_VERSIONS:
-        problems.append(f"api_version {s.api_version!r} is not one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
+    problems += one_of("api_version", s.api_version, SCHEDULED_EVENTS_VERSIONS)
     positive = (
         "poll_interval",
         "heartbeat_interval",
@@ -110,10 +111,8 @@ def validate(s: CollectorSettings) -> list[str]:
         problems.append(f"outbox_max_bytes must be at least 65536, got {s.outbox_max_bytes}")
     if s.ship_batch < 1:
         problems.append(f"ship_batch must be at least 1, got {s.ship_batch}")
-    if s.sink not in SINKS:
-        problems.append(f"sink must be one of {', '.join(SINKS)}, got {s.sink!r}")
-    if s.log_level.lower() not in LOG_LEVELS:
-        problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
+    problems += one_of("sink", s.sink, SINKS)
+    problems += one_of("log_level", s.log_level.lower(), LOG_LEVELS)
     if s.sink == "eventhubs":
         problems += _eventhubs_problems(s)
     problems += host_port_problems("metrics_addr", s.metrics_addr)
@@ -126,12 +125,15 @@ def _eventhubs_problems(s: CollectorSettings) -> list[str]:
     if file is not None and not file.is_file():
         problems.append(f"eventhubs_connection_string_file {file} does not exist")
     has_secret = bool(s.eventhubs_connection_string) or file is not None
-    if s.eventhubs_connection_string and "endpoint=" not in s.eventhubs_connection_string.lower():
-        # The value is a secret: say what is wrong with it without showing it.
-        problems.append(
-            "SEVENTS_EVENTHUBS_CONNECTION_STRING is not an Event Hubs connection string (value not shown); "
-            "expected Endpoint=sb://NAMESPACE/;SharedAccessKeyName=...;SharedAccessKey=..."
-        )
+    if s.eventhubs_connection_string:
+        problems += _connection_string_problems("SEVENTS_EVENTHUBS_CONNECTION_STRING", s.eventhubs_connection_string)
+    elif file is not None and file.is_file():
+        try:
+            secret = file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            problems.append(f"eventhubs_connection_string_file {file} cannot be read: {error}")
+        else:
+            problems += _connection_string_problems(f"eventhubs_connection_string_file {file}", secret)
     if not has_secret and "." not in s.eventhubs_namespace:
         problems.append(
             "sink eventhubs needs eventhubs_namespace (fully qualified, e.g. myns.servicebus.windows.net) "
@@ -140,6 +142,18 @@ def _eventhubs_problems(s: CollectorSettings) -> list[str]:
     if not s.eventhubs_name and not (has_secret and "EntityPath=" in s.eventhubs_connection_string):
         problems.append("sink eventhubs needs eventhubs_name")
     return problems
+
+
+def _connection_string_problems(where: str, secret: str) -> list[str]:
+    """What is wrong with an Event Hubs connection string, said without showing it (it is a secret)."""
+    parts = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in secret.split(";")) if v.strip()}
+    signed = {"sharedaccesskeyname", "sharedaccesskey"} <= parts.keys() or "sharedaccesssignature" in parts
+    if parts.get("endpoint", "").lower().startswith("sb://") and signed:
+        return []
+    return [
+        f"{where} is not an Event Hubs connection string (value not shown): it needs Endpoint=sb://NAMESPACE/ and "
+        "SharedAccessKeyName=...;SharedAccessKey=... (or SharedAccessSignature=...)"
+    ]
 
 
 def load_settings(

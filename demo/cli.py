@@ -25,7 +25,7 @@ from ingest import queries
 from ingest.errors import IngestError
 from ingest.output import table
 from sevents import records
-from sevents.errors import exit_code
+from sevents.errors import ExitCode, exit_code
 from sevents.logs import setup_logging
 from simulator.errors import ScenarioError
 
@@ -69,6 +69,15 @@ def _positive(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     setup_logging("warning")
+    try:
+        return _demo(args)
+    except KeyboardInterrupt:
+        # Ctrl-C: the fleet was stopped on the way out (collectors, simulator, ingest); say so, no traceback
+        print("\nsevents-demo: interrupted; the collectors, the simulator and the ingest are stopped", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+
+
+def _demo(args: argparse.Namespace) -> int:
     began = time.monotonic()
     started_at = datetime.now(UTC)
     print(f"sevents demo: scenario {args.scenario!r}, workdir {args.workdir}")

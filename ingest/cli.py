@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import re
@@ -21,8 +22,9 @@ from ingest.errors import IngestError
 from ingest.migrate import migrate
 from ingest.output import FORMATS, render
 from ingest.settings import IngestSettings, load
+from ingest.source_outbox import resolve
 from ingest.wiring import build, open_client
-from sevents import prometheus
+from sevents import prometheus, records
 from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import make_meter_provider
@@ -221,6 +223,16 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"sevents-ingest: cannot serve /metrics on {settings.metrics_addr}: {error}", file=sys.stderr)
             return int(ExitCode.FAILED)
+    if args.until_idle and settings.source != "eventhubs":
+        # A drain of nothing is a typo, not a success: every named outbox must exist.
+        missing = [spec for spec in settings.outbox_specs() if not resolve([spec])]
+        if missing:
+            print(
+                f"sevents-ingest: no outbox matches {', '.join(missing)} (give a collector's state directory, its "
+                "outbox.sqlite, or a glob of them)",
+                file=sys.stderr,
+            )
+            return int(ExitCode.INVALID)
     provider = make_meter_provider("sevents-ingest", readers=[] if metrics_server is None else [metrics_server.reader])
     try:
         pipeline = build(
@@ -234,6 +246,12 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         if metrics_server is not None:
             metrics_server.close()
     return 0
+
+
+def _unknown_type(name: str) -> str:
+    close = difflib.get_close_matches(name.capitalize(), records.EVENT_TYPES, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"unknown event type {name!r} (one of {', '.join(records.EVENT_TYPES)}){hint}"
 
 
 def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
@@ -257,6 +275,10 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     elif q == "disruptive":
         query = queries.DISRUPTIVE_EVENTS
         params["types"] = [t.strip() for t in args.types.split(",") if t.strip()]
+        problems = [_unknown_type(t) for t in params["types"] if t not in records.EVENT_TYPES]
+        if problems or not params["types"]:
+            print(f"sevents-ingest: --types: {'; '.join(problems) or 'names no event type'}", file=sys.stderr)
+            return int(ExitCode.INVALID)
     elif q == "silent":
         query, params = queries.SILENT_VMS, {"now": now, "threshold_s": args.threshold}
     elif q == "events":

@@ -78,6 +78,8 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
             password=password,
             secure=parsed.scheme == "https",
             settings=dict(settings or {}),
+            # no session: partitions insert concurrently, and a session takes one query at a time
+            autogenerate_session_id=False,
         )
     except CLIENT_ERRORS as error:
         text = str(error)
@@ -147,4 +149,9 @@ def _safe(target: str) -> str:
     parsed = urlparse(target)
     if parsed.scheme == "chdb":
         return target
-    return parsed._replace(netloc=parsed.hostname or "", query="", fragment="").geturl()
+    # host:port without the user or password: which server was meant, and nothing secret
+    host = parsed.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parsed.port is not None:
+        netloc += f":{parsed.port}"
+    return parsed._replace(netloc=netloc, query="", fragment="").geturl()

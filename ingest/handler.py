@@ -60,7 +60,7 @@ def prepare(
 
 
 class Handler:
-    """Callable given to a Source as ``deliver``."""
+    """Callable given to a Source as ``deliver``; thread-safe, so partitions may deliver concurrently."""
 
     def __init__(
         self,
@@ -83,6 +83,7 @@ class Handler:
         self.now = now
         self.on_stored = on_stored
         self.stored = 0  # records and dead letters confirmed, for logs and tests
+        self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
         if not deliveries:
@@ -165,4 +166,5 @@ class Handler:
             m.dead_letters.add(count, {"reason": reason})
         if oldest is not None:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
-        self.stored += len(batch)
+        with self._lock:
+            self.stored += len(batch)

@@ -107,7 +107,9 @@ def scoped(ids: str, db: str = "") -> str:
     ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
     the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
     """
-    outside = "scale_set = ''"  # the availability set (or standalone VM) of the event: its VMs outside scale sets
+    # the availability set (or standalone VM) of the event: its VMs outside scale sets (a collector without its
+    # identity yet reports no name: left out)
+    outside = "scale_set = '' AND vm_name != ''"
     window = (
         f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
         f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
@@ -137,11 +139,12 @@ def domain_groups(
     aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
     # min and max name over every observer, kept or not: the set is all of them
     first = (
-        f"SELECT event_id, scale_set, {domain} AS domain_{extra}, min(vm_name) AS first_, max(vm_name) AS last_, "
-        f"min(vm_id) AS key_, countIf({keep}) AS kept_, {partials} "
+        f"SELECT event_id, scale_set, {domain} AS domain_{extra}, minIf(vm_name, vm_name != '') AS first_, "
+        f"maxIf(vm_name, vm_name != '') AS last_, minIf(vm_id, vm_name != '') AS key_, countIf({keep}) AS kept_, "
+        f"{partials} "
         f"FROM {since(ids, 'event_vms', db)} GROUP BY event_id, scale_set, domain_{aliases}"
     )
-    outside = "scale_set = ''"
+    outside = "scale_set = '' AND first_ != ''"
     window = (
         f"SELECT *, minIf(first_, {outside}) OVER w AS {SET_FIRST}, maxIf(last_, {outside}) OVER w AS {SET_LAST}, "
         f"minIf(key_, {outside}) OVER w AS {SET_KEY} FROM ({first}) WINDOW w AS (PARTITION BY event_id)"

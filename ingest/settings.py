@@ -52,6 +52,9 @@ class IngestSettings:
     # a dead worker's partitions are taken over after about ownership_expiry + load_balancing_interval.
     eventhubs_load_balancing_interval: float = 10.0
     eventhubs_ownership_expiry: float = 60.0
+    # A stable name per worker (e.g. its pod or unit instance) lets a restarted worker resume its partitions at
+    # once instead of after the expiry; empty: a random id per start. Two live workers must never share one.
+    eventhubs_owner_id: str = ""
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)

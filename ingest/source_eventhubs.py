@@ -1,44 +1,62 @@
-"""The Event Hubs source: consume a hub's partitions in batches, shared with other workers, checkpoint last.
+"""The Event Hubs source: one receiver per owned partition, ownership kept stable, checkpoint after the insert.
 
-Theory of operation. ``run(deliver, stop)`` runs ``EventHubConsumerClient.receive_batch`` in a thread
-until ``stop`` is set. With a blob checkpoint store, every worker in one consumer group claims a share of
-the partitions and takes over those whose owner stopped renewing its claim (``ownership_expiry``). A
-partition with no checkpoint starts at the beginning of retention (``starting_position="-1"``), never at
-``@latest``, so a new consumer group reads the backlog. For each batch:
+Theory of operation. ``run(deliver, stop)`` keeps two kinds of threads until ``stop`` is set:
 
-1. the events become ``Delivery`` objects (body bytes, position, application properties as text);
-2. ``deliver`` is called inside a span linked to each event's W3C ``traceparent``;
-3. only after ``deliver`` returned is the partition checkpointed at the batch's last event.
+- the balancer (the calling thread): every ``load_balancing_interval`` it lists the partition claims in the
+  blob checkpoint store, decides with ``ingest.eh_balance.plan`` which partitions this worker holds (renew its
+  own, claim free or expired ones up to its share, never take one from a live worker in steady state), claims
+  them (etag-guarded, so two workers never both win one), and starts or stops receivers to match;
+- one receiver per held partition: its own async ``EventHubConsumerClient`` (its own AMQP link) running
+  ``receive_batch`` on that partition alone, all on one event loop (``ingest.eh_async``); ``deliver`` runs on
+  a worker thread, so a slow partition or a slow insert never delays the others.
+  A partition with no checkpoint starts at the beginning of retention (``starting_position="-1"``), never at
+  ``@latest``, so a new consumer group reads the backlog.
+
+A worker started again under the same ``owner_id`` (a stable name per worker) finds its own claims and
+resumes its partitions at once; a worker that died without coming back loses them when its claims expire
+(``ownership_expiry``), to whoever has room. On a clean stop the claims are released for immediate takeover.
+
+For each batch a receiver turns the events into ``Delivery`` objects (body bytes, position, application
+properties as text), calls ``deliver`` inside a span linked to each event's W3C ``traceparent``, and only
+after ``deliver`` returned checkpoints the partition at the batch's last event. ``deliver`` is called from
+several receivers at once: it must be thread-safe (``ingest.handler.Handler`` is).
 
 If ``deliver`` raises, nothing is checkpointed: after a backoff the callback raises ``DeliverFailed``, the
-SDK closes that partition's consumer and claims it again from its last checkpoint, so the batch comes
-again (the other partitions carry on). A record that cannot be decoded is ``deliver``'s business: it goes
-to dead letters like any poison record; this module never drops an event.
+SDK closes that partition's consumer and opens it again from its last checkpoint, so the batch comes again
+(the other partitions carry on). A record that cannot be decoded is ``deliver``'s business: it goes to dead
+letters like any poison record; this module never drops an event.
 
 Errors::
 
-    EventHubsSourceError    the consumer stopped on its own (raised from ``run``)
+    EventHubsSourceError    the consumer cannot start (raised from ``run``)
     └── DeliverFailed       deliver raised; the batch was not checkpointed and will be read again
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import threading
+import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from azure.eventhub import EventData, EventHubConsumerClient
+from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubConsumerClient
 from opentelemetry import trace
 from opentelemetry.trace import Link, TracerProvider
 
+from ingest.eh_async import AsyncCredential, AsyncStore, LoopThread
+from ingest.eh_balance import Claim, plan
 from ingest.source import Deliver, Delivery
 from sevents.retry import Backoff
 from sevents.tracing import TRACEPARENT, parse_traceparent
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[], EventHubConsumerClient]
+ClientFactory = Callable[[], EventHubConsumerClient]  # the async client: one per partition receiver
 
 
 class EventHubsSourceError(Exception):
@@ -87,28 +105,39 @@ def trace_links(deliveries: Sequence[Delivery]) -> list[Link]:
 
 
 class EventHubsSource:
-    """``ingest.source.Source`` over ``EventHubConsumerClient.receive_batch``."""
+    """``ingest.source.Source`` over one ``EventHubConsumerClient.receive_batch`` per owned partition."""
 
     def __init__(
         self,
         factory: ClientFactory,
         *,
+        checkpoint_store: Any = None,
+        owner_id: str = "",
+        load_balancing_interval: float = 10.0,
+        ownership_expiry: float = 60.0,
         max_batch_size: int = 500,
         max_wait_time: float = 1.0,
         backoff: Backoff | None = None,
         tracer_provider: TracerProvider | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._factory = factory
+        self._store = checkpoint_store
+        # A random id unless configured: a stable one lets a restarted worker resume its partitions at once.
+        self.owner_id = owner_id or str(uuid.uuid4())
+        self._interval = load_balancing_interval
+        self._expiry = ownership_expiry
         self._max_batch_size = max_batch_size
         self._max_wait_time = max_wait_time
         self._backoff = backoff or Backoff(initial=0.5, cap=10.0)
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-        self._client: EventHubConsumerClient | None = None
-        # The SDK calls on_event_batch from one thread per partition: counters are shared, backoff is not.
-        self._lock = threading.Lock()
+        self._clock = clock
+        self._lock = threading.Lock()  # counters and backoff state, shared by the receivers
         self._failing: dict[str, int] = {}  # consecutive deliver failures per partition
+        self._held: dict[str, Claim] = {}  # partition -> this worker's current claim
         self.delivered = 0
         self.failures = 0
+        self.taken_from_live_owners = 0  # partitions taken from a live worker (only when workers join)
 
     @classmethod
     def from_connection_string(
@@ -118,19 +147,17 @@ class EventHubsSource:
         consumer_group: str = "$Default",
         eventhub_name: str | None = None,
         checkpoint_store: Any = None,
-        load_balancing_interval: float = 10.0,
-        ownership_expiry: float = 60.0,
         **options: Any,
     ) -> EventHubsSource:
         """SAS credentials (the fallback, and the local test endpoint)."""
-        client = _client_options(checkpoint_store, load_balancing_interval, ownership_expiry)
+        client = _client_options(checkpoint_store, options.get("load_balancing_interval", 10.0))
 
         def factory() -> EventHubConsumerClient:
             return EventHubConsumerClient.from_connection_string(
                 connection_string, consumer_group=consumer_group, eventhub_name=eventhub_name, **client
             )
 
-        return cls(factory, **options)
+        return cls(factory, checkpoint_store=checkpoint_store, **options)
 
     @classmethod
     def from_namespace(
@@ -141,93 +168,212 @@ class EventHubsSource:
         consumer_group: str = "$Default",
         credential: Any = None,
         checkpoint_store: Any = None,
-        load_balancing_interval: float = 10.0,
-        ownership_expiry: float = 60.0,
         **options: Any,
     ) -> EventHubsSource:
-        """Managed identity (the default): ``namespace`` is fully qualified."""
-        client = _client_options(checkpoint_store, load_balancing_interval, ownership_expiry)
+        """Managed identity (the default): ``namespace`` fully qualified, ``credential`` a sync azure-identity one."""
+        client = _client_options(checkpoint_store, options.get("load_balancing_interval", 10.0))
 
         def factory() -> EventHubConsumerClient:
             from azure.identity import DefaultAzureCredential
 
-            return EventHubConsumerClient(
-                namespace, eventhub_name, consumer_group, credential or DefaultAzureCredential(), **client
-            )
+            token = AsyncCredential(credential or DefaultAzureCredential())
+            return EventHubConsumerClient(namespace, eventhub_name, consumer_group, token, **client)
 
-        return cls(factory, **options)
+        return cls(factory, checkpoint_store=checkpoint_store, **options)
 
     def run(self, deliver: Deliver, stop: threading.Event) -> None:
-        """Consume until ``stop`` is set; then close the client (which releases this worker's partitions)."""
-        client = self._client = self._factory()
+        """Consume until ``stop`` is set; then stop the receivers and release this worker's claims."""
+        loop = LoopThread("eventhubs-receivers")
+        try:
+            probe = self._factory()
+        except Exception as error:
+            loop.close()
+            raise EventHubsSourceError(f"cannot create the Event Hubs client: {error!r}") from error
+        # the names under which the checkpoint store keeps claims, as the SDK's own load balancer writes them
+        scope = (probe._address.hostname, probe.eventhub_name, probe._consumer_group)
+        described = loop.submit(_partition_ids(probe))
+        receivers: dict[str, _Receiver] = {}
 
-        def on_batch(context: Any, events: list[EventData]) -> None:
-            if events:
-                self._handle(context, events, deliver, stop)
+        def follow(held: set[str]) -> None:
+            for partition in [p for p in receivers if p not in held]:
+                receivers.pop(partition).stop()
+                log.info("partition released", extra={"partition": partition, "owner": self.owner_id})
+            for partition in held:
+                receiver = receivers.get(partition)
+                if receiver is None or not receiver.alive():
+                    receivers[partition] = _Receiver(self, loop, partition, deliver, stop)
+                    log.info("receiving partition", extra={"partition": partition, "owner": self.owner_id})
 
-        def on_error(context: Any, error: Exception) -> None:
-            partition = getattr(context, "partition_id", None)
-            log.warning("event hubs receive error", extra={"partition": partition, "error": repr(error)})
-
-        failure: list[BaseException] = []
-
-        def receive() -> None:
+        try:
+            # A restarted worker resumes its own claims while the hub is still being described.
+            follow(self._resume(scope))
             try:
-                client.receive_batch(
-                    on_event_batch=on_batch,
-                    on_error=on_error,
-                    starting_position="-1",  # no checkpoint: the beginning of retention, not @latest
-                    max_batch_size=self._max_batch_size,
-                    max_wait_time=self._max_wait_time,
+                partitions = described.result(60)
+            except Exception as error:
+                raise EventHubsSourceError(f"cannot read the hub's partitions: {error!r}") from error
+            while not stop.is_set():
+                follow(self._balance(partitions, scope))
+                stop.wait(self._interval * (1 + 0.1 * random.random()))
+        finally:
+            for receiver in receivers.values():
+                receiver.stop(join=False)
+            for receiver in receivers.values():
+                receiver.join()
+            loop.close()
+            self._release_all(scope)
+
+    def _resume(self, scope: tuple[str, str, str]) -> set[str]:
+        """Renew the claims this owner id still has (a quick restart) without waiting for a balancing round."""
+        if self._store is None:
+            return set()
+        try:
+            listed = [_claim(o) for o in self._store.list_ownership(*scope)]
+            mine = [c for c in listed if c.owner_id == self.owner_id]
+            won = self._store.claim_ownership([_ownership(c, self.owner_id, scope) for c in mine]) if mine else []
+        except Exception as error:  # noqa: BLE001 - the balancing rounds claim them instead
+            log.warning("could not resume earlier claims", extra={"error": repr(error)})
+            return set()
+        self._held = {o["partition_id"]: _claim(o) for o in won}
+        return set(self._held)
+
+    def _balance(self, partitions: list[str], scope: tuple[str, str, str]) -> set[str]:
+        """One balancing round; the partitions this worker holds afterwards (all of them without a store)."""
+        if self._store is None:
+            return set(partitions)
+        try:
+            listed = self._store.list_ownership(*scope)
+            claims = {o["partition_id"]: _claim(o) for o in listed}
+            decided = plan(partitions, claims, self.owner_id, self._clock(), self._expiry)
+            if decided.taken_from:
+                self.taken_from_live_owners += 1
+                log.info(
+                    "taking a partition from a live worker holding more than its share (a worker joined)",
+                    extra={"partition": decided.claim[-1].partition_id, "from": decided.taken_from},
                 )
-            except Exception as error:  # noqa: BLE001 - handed to run(), which raises it in the caller's thread
-                failure.append(error)
+            wanted = [_ownership(c, self.owner_id, scope) for c in decided.claim]
+            won = self._store.claim_ownership(wanted) if wanted else []
+            if decided.release:
+                self._store.claim_ownership([_ownership(c, "", scope) for c in decided.release])
+        except Exception as error:  # noqa: BLE001 - keep what we hold; claims outlive a few failed rounds
+            log.warning("partition balancing failed; keeping current partitions", extra={"error": repr(error)})
+            return set(self._held)
+        self._held = {o["partition_id"]: _claim(o) for o in won}
+        return set(self._held)
 
-        receiver = threading.Thread(target=receive, name="eventhubs-source", daemon=True)
-        receiver.start()
-        while not stop.wait(0.5) and receiver.is_alive():
-            pass
-        client.close()
-        receiver.join(30)
-        if failure and not stop.is_set():
-            raise EventHubsSourceError(f"the Event Hubs consumer stopped: {failure[0]!r}") from failure[0]
+    def _release_all(self, scope: tuple[str, str, str]) -> None:
+        """Give the claims up (owner id ""), so other workers take the partitions at once, not after expiry."""
+        if self._store is None or not self._held:
+            return
+        try:
+            self._store.claim_ownership([_ownership(c, "", scope) for c in self._held.values()])
+        except Exception as error:  # noqa: BLE001 - they expire anyway
+            log.warning("could not release partitions; they expire instead", extra={"error": repr(error)})
+        self._held = {}
 
-    def _handle(self, context: Any, events: list[EventData], deliver: Deliver, stop: threading.Event) -> None:
-        batch = [to_delivery(context.partition_id, event) for event in events]
+    def handle(self, partition: str, events: list[EventData], deliver: Deliver, stop: threading.Event) -> None:
+        """Deliver one batch of one partition (on a worker thread); DeliverFailed, after a backoff, if not stored."""
+        batch = [to_delivery(partition, event) for event in events]
         with self._tracer.start_as_current_span(
             "sevents.ingest.eventhubs.batch",
             links=trace_links(batch),
-            attributes={
-                "messaging.destination.partition.id": context.partition_id,
-                "messaging.batch.message_count": len(batch),
-            },
+            attributes={"messaging.destination.partition.id": partition, "messaging.batch.message_count": len(batch)},
         ) as span:
             try:
                 deliver(batch)
             except Exception as error:
                 with self._lock:
                     self.failures += 1
-                    attempt = self._failing[context.partition_id] = self._failing.get(context.partition_id, 0) + 1
+                    attempt = self._failing[partition] = self._failing.get(partition, 0) + 1
                 span.record_exception(error)
                 log.warning(
                     "deliver failed; the batch is not checkpointed and will be read again",
-                    extra={"partition": context.partition_id, "events": len(batch), "error": repr(error)},
+                    extra={"partition": partition, "events": len(batch), "error": repr(error)},
                 )
                 stop.wait(self._backoff.delay(min(attempt, 8)))
-                raise DeliverFailed(f"partition {context.partition_id}: {error}") from error
-            # Checkpoint strictly after deliver returned: the batch is stored (or dead-lettered) by now.
-            context.update_checkpoint(events[-1])
-            with self._lock:
-                self._failing.pop(context.partition_id, None)
-                self.delivered += len(batch)
+                raise DeliverFailed(f"partition {partition}: {error}") from error
+        with self._lock:
+            self._failing.pop(partition, None)
+            self.delivered += len(batch)
 
 
-def _client_options(checkpoint_store: Any, load_balancing_interval: float, ownership_expiry: float) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "load_balancing_interval": load_balancing_interval,
-        "partition_ownership_expiration_interval": ownership_expiry,
-        "retry_total": 3,
-    }
+class _Receiver:
+    """One partition's async consumer client, receiving on the shared event loop until stopped."""
+
+    def __init__(
+        self, source: EventHubsSource, loop: LoopThread, partition: str, deliver: Deliver, stop: threading.Event
+    ) -> None:
+        self.partition = partition
+        self._loop = loop
+        self._client = source._factory()
+        self._closed = False
+
+        async def on_batch(context: Any, events: list[EventData]) -> None:
+            if events:
+                await asyncio.to_thread(source.handle, partition, events, deliver, stop)
+                # Checkpoint strictly after deliver returned: the batch is stored (or dead-lettered) by now.
+                await context.update_checkpoint(events[-1])
+
+        async def on_error(context: Any, error: Exception) -> None:
+            log.warning("event hubs receive error", extra={"partition": partition, "error": repr(error)})
+
+        async def receive() -> None:
+            try:
+                await self._client.receive_batch(
+                    on_event_batch=on_batch,
+                    on_error=on_error,
+                    partition_id=partition,
+                    starting_position="-1",  # no checkpoint: the beginning of retention, not @latest
+                    max_batch_size=source._max_batch_size,
+                    max_wait_time=source._max_wait_time,
+                )
+            except Exception as error:  # noqa: BLE001 - the balancer starts a new receiver next round
+                log.warning("partition receiver stopped", extra={"partition": partition, "error": repr(error)})
+
+        self._done = loop.submit(receive())
+
+    def alive(self) -> bool:
+        return not self._done.done() and not self._closed
+
+    def stop(self, *, join: bool = True) -> None:
+        if not self._closed:
+            self._closed = True
+            self._loop.submit(self._client.close())
+        if join:
+            self.join()
+
+    def join(self) -> None:
+        try:
+            self._done.result(30)
+        except Exception:
+            log.debug("partition receiver ended with an error", exc_info=True)
+
+
+async def _partition_ids(probe: EventHubConsumerClient) -> list[str]:
+    async with probe:
+        return list(await probe.get_partition_ids())
+
+
+def _claim(ownership: Mapping[str, Any]) -> Claim:
+    return Claim(
+        partition_id=str(ownership["partition_id"]),
+        owner_id=str(ownership.get("owner_id") or ""),
+        last_modified=float(ownership.get("last_modified_time") or 0.0),
+        etag=ownership.get("etag"),
+    )
+
+
+def _ownership(claim: Claim, owner_id: str, scope: tuple[str, str, str]) -> dict[str, Any]:
+    """The checkpoint store's ownership dict for ``claim`` under ``owner_id`` (etag-guarded)."""
+    names = ("fully_qualified_namespace", "eventhub_name", "consumer_group")
+    found: dict[str, Any] = dict(zip(names, scope, strict=True))
+    found.update(partition_id=claim.partition_id, owner_id=owner_id, etag=claim.etag)
+    return found
+
+
+def _client_options(checkpoint_store: Any, load_balancing_interval: float) -> dict[str, Any]:
+    # The client's own balancer only re-opens its one partition after a failed batch: same short interval.
+    options: dict[str, Any] = {"load_balancing_interval": load_balancing_interval, "retry_total": 3}
     if checkpoint_store is not None:
-        options["checkpoint_store"] = checkpoint_store
+        # checkpoints, and where a re-opened partition resumes
+        options["checkpoint_store"] = AsyncStore(checkpoint_store)
     return options

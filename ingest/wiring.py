@@ -108,6 +108,7 @@ def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Sourc
         "max_wait_time": settings.batch_max_wait,
         "load_balancing_interval": settings.eventhubs_load_balancing_interval,
         "ownership_expiry": settings.eventhubs_ownership_expiry,
+        "owner_id": settings.eventhubs_owner_id,
     }
     hub_cs = settings.eventhubs_connection_string or _read(settings.eventhubs_connection_string_file)
     if hub_cs:

@@ -8,10 +8,11 @@ converts and validates every value, and raises one ConfigError listing every pro
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,7 +79,11 @@ def build(
     from_file, problems = read_toml_section(file, section)
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    problems += [f"config file {file}: unknown setting {key!r}" for key in from_file if key not in known]
+    problems += [
+        f"config file {file}: unknown setting {key!r}{did_you_mean(key, known)}"
+        for key in from_file
+        if key not in known
+    ]
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         name = field.name
@@ -98,14 +103,29 @@ def build(
             values[name] = convert(raw, hints[name])
         except (TypeError, ValueError) as error:
             problems.append(f"{origin}: {error}")
+    # Every problem in one message: the values that converted are validated too, the others at their defaults.
+    try:
+        settings = cls(**values)
+    except TypeError:  # a required setting is missing: already listed
+        raise ConfigError(problems) from None
+    if validate is not None:
+        problems += [p for p in validate(settings) if p not in problems]
     if problems:
         raise ConfigError(problems)
-    settings = cls(**values)
-    if validate is not None:
-        problems = validate(settings)
-        if problems:
-            raise ConfigError(problems)
     return settings
+
+
+def did_you_mean(word: str, choices: Collection[str]) -> str:
+    """``"; did you mean NAME?"`` for the closest of ``choices`` to a misspelt ``word``, or ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def one_of(name: str, value: str, choices: Collection[str]) -> list[str]:
+    """The problem with a setting that must be one of ``choices`` (none when it is)."""
+    if value in choices:
+        return []
+    return [f"{name} must be one of {', '.join(choices)}, got {value!r}{did_you_mean(value, choices)}"]
 
 
 def convert(raw: Any, hint: Any) -> Any:
@@ -130,7 +150,8 @@ def convert(raw: Any, hint: Any) -> Any:
             return False
         raise ValueError(f"expected true or false, got {raw!r}")
     if hint is int:
-        if isinstance(raw, bool):
+        # a bool is an int to Python, and int(2.7) is 2: a value that is not a whole number is refused, not cut
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(f"expected an integer, got {raw!r}")
         try:
             return int(raw)

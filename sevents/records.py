@@ -52,6 +52,9 @@ DETECTED_PAUSE: Final = "pause"
 DETECTED_REBOOT: Final = "reboot"
 DETECTED_BY: Final = (DETECTED_PAUSE, DETECTED_REBOOT)
 
+# The event types Scheduled Events documents (EventType), every API version.
+EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+
 # Transition kinds (see collector/transitions.py for the lifecycle table that produces them).
 KIND_APPEARED: Final = "appeared"
 KIND_STATUS_CHANGED: Final = "status_changed"

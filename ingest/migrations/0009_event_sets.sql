@@ -1,7 +1,59 @@
 -- Fault and update domains inside their set, per event (issue 11): events gains availability_set, fault_sets,
--- fault_domain_labels and update_domain_labels, computed in the same pass over the event's VMs as its other
--- figures (the query layer read the pairs a second time for them). A domain number means something only inside
--- one availability set or scale set: "web / FD 1".
+-- fault_domain_labels and update_domain_labels. A domain number means something only inside one availability
+-- set or scale set: "web / FD 1". What they are made of is kept per event in event_rollup, maintained at insert
+-- like the rest, so reading them costs the event's few rollup rows, never a pass over its VMs.
+
+-- event_rollup keeps, per event: the smallest and largest name of its VMs outside scale sets (its availability set
+-- or a standalone VM, labelled by their common prefix; a collector without its identity yet reports no name and
+-- is left out) and the (scale set, domain) of each VM it names in Resources. The view is made again with them;
+-- its backfill reads every transition once more, which changes nothing in the columns it had (every state in the
+-- rollup is one a repeated row leaves unchanged) and fills the new ones.
+ALTER TABLE ${db}.event_rollup${local} ${on_cluster}
+    ADD COLUMN IF NOT EXISTS set_first AggregateFunction(minIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS set_last AggregateFunction(maxIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS fd_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16)))),
+    ADD COLUMN IF NOT EXISTS ud_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16))));
+ALTER TABLE ${db}.event_rollup ${on_cluster}
+    ADD COLUMN IF NOT EXISTS set_first AggregateFunction(minIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS set_last AggregateFunction(maxIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS fd_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16)))),
+    ADD COLUMN IF NOT EXISTS ud_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16))));
+
+DROP VIEW IF EXISTS ${db}.event_rollup_mv ${on_cluster};
+-- @backfill
+CREATE MATERIALIZED VIEW IF NOT EXISTS ${db}.event_rollup_mv ${on_cluster}
+TO ${db}.event_rollup${local}
+AS SELECT
+    event_id,
+    min(observed_at) AS first_seen_at,
+    max(observed_at) AS last_seen_at,
+    maxMap(([vm_key], [vm_state])) AS vm_last,
+    groupUniqArrayArray(resources) AS affected_vms,
+    minIfState(vm_name, outside) AS set_first,
+    maxIfState(vm_name, outside) AS set_last,
+    groupUniqArrayIf((set_name, fault_domain), affects_this_vm) AS fd_pairs,
+    groupUniqArrayIf((set_name, update_domain), affects_this_vm) AS ud_pairs
+FROM
+(
+    SELECT
+        event_id,
+        observed_at,
+        resources,
+        vm_name,
+        toString(scale_set) AS set_name,
+        fault_domain,
+        update_domain,
+        affects_this_vm,
+        set_name = '' AND vm_name != '' AS outside,
+        toString(event_type) AS type,
+        cityHash64(vm_id) AS vm_key,
+        toUInt64(toUnixTimestamp64Milli(observed_at)) * 2
+            + (kind = 'disappeared' OR (status = 'Started' AND affects_this_vm AND type IN ('Terminate', 'Preempt')))
+            AS vm_state
+    FROM ${db}.transitions${local}
+    WHERE event_id != ''
+)
+GROUP BY event_id;
 
 DROP VIEW IF EXISTS ${db}.events_since ${on_cluster};
 CREATE VIEW ${db}.events_since ${on_cluster} AS
@@ -38,7 +90,7 @@ SELECT
     -- the set each affected VM's domains belong to: its scale set, else the availability set (the event's VMs
     -- outside scale sets), named by the common prefix of their names (ingest.queries.set_label, pasted here)
     if(set_first_ = set_last_ OR (trim(TRAILING '0123456789-_.' FROM substring(set_first_, 1, if((toString(bitXor(toFixedString(substring(set_first_, 1, 64), 64), toFixedString(substring(set_last_, 1, 64), 64))) AS set_xor_) = '', least(length(set_first_), length(set_last_)), least(toUInt64(length(set_xor_) - length(trimLeft(set_xor_, '\0'))), least(length(set_first_), length(set_last_)))))) AS set_stem_) = '', set_first_, set_stem_) AS availability_set,
-    arraySort(arrayDistinct(arrayMap(s -> if(s != '', s, availability_set), sets_))) AS fault_sets,
+    arraySort(arrayDistinct(arrayMap(p -> if(p.1 != '', p.1, availability_set), fd_pairs_))) AS fault_sets,
     arrayMap(p -> concat(p.1, ' / FD ', ifNull(toString(p.2), '?')),
              arraySort(arrayMap(p -> (if(p.1 != '', p.1, availability_set), p.2), fd_pairs_))) AS fault_domain_labels,
     arrayMap(p -> concat(p.1, ' / UD ', ifNull(toString(p.2), '?')),
@@ -66,12 +118,7 @@ FROM
         arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
         arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
         sum(transitions) AS transitions_,
-        sum(anomalies) AS anomalies_,
-        minIf(vm_name, scale_set = '') AS set_first_,
-        maxIf(vm_name, scale_set = '') AS set_last_,
-        groupUniqArrayIf(scale_set, affects_this_vm) AS sets_,
-        groupUniqArrayIf((scale_set, fault_domain), affects_this_vm) AS fd_pairs_,
-        groupUniqArrayIf((scale_set, update_domain), affects_this_vm) AS ud_pairs_
+        sum(anomalies) AS anomalies_
     -- event_vms_since, inlined: a view inside a parameterized view is planned again on every query
     FROM
     (
@@ -128,7 +175,10 @@ FROM
 -- the events shown was inserted at or after their first observation, so the parts before since_day are skipped
 LEFT JOIN
 (
-    SELECT event_id, arraySort(groupUniqArrayArray(affected_vms)) AS affected_vms
+    SELECT event_id, arraySort(groupUniqArrayArray(affected_vms)) AS affected_vms,
+           -- the sets of its VMs, from the same rows (a query that shows none does not compute them)
+           minIfMerge(set_first) AS set_first_, maxIfMerge(set_last) AS set_last_,
+           groupUniqArrayArray(fd_pairs) AS fd_pairs_, groupUniqArrayArray(ud_pairs) AS ud_pairs_
     FROM ${db}.event_rollup
     WHERE last_seen_at >= {since_day:Date}
     GROUP BY event_id

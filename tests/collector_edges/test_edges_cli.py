@@ -180,14 +180,25 @@ def test_a_bad_approval_policy_refuses_to_start(tmp_path: Path) -> None:
 
 
 def test_status_reports_the_outbox(imds: FakeImds, tmp_path: Path) -> None:
-    """`status` prints depth, last seq and drops of a state dir as JSON."""
+    """`status` prints depth, last seq, drops, the last document and the last moment alive of a state dir as JSON,
+    and writes nothing there (it used to open the outbox read-write, creating its WAL files)."""
     imds.set_document(1, [event("a"), event("b")])
-    once(imds, tmp_path / "state")
+    state = tmp_path / "state"
+    once(imds, state)
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in state.iterdir()}
     result = subprocess.run(
-        [COLLECTOR, "status", "--state-dir", str(tmp_path / "state")], capture_output=True, timeout=30, check=True
+        [COLLECTOR, "status", "--state-dir", str(state)], capture_output=True, timeout=30, check=True
     )
     status = json.loads(result.stdout)
     assert (status["depth"], status["last_seq"], status["drops"], status["has_snapshot"]) == (2, 2, {}, True)
+    assert status["pending_by_type"] == {"transition": 2}
+    assert [(e["event_id"], e["status"]) for e in status["snapshot"]["events"]] == [
+        ("a", "Scheduled"),
+        ("b", "Scheduled"),
+    ]
+    assert status["snapshot"]["incarnation"] == 1
+    assert status["last_alive_at"] is not None and status["last_alive_age_s"] >= 0
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in state.iterdir()} == before
 
 
 def test_outbox_failure_is_fatal_and_loud(imds: FakeImds, tmp_path: Path) -> None:
@@ -292,7 +303,7 @@ def test_status_of_a_damaged_outbox_is_a_clear_fatal_error(tmp_path: Path) -> No
 def test_status_help_says_what_it_prints_and_its_exit_status() -> None:
     """`status --help` explains its output, the access it needs and its exit codes."""
     result = subprocess.run([COLLECTOR, "status", "--help"], capture_output=True, text=True, timeout=30, check=True)
-    for needle in ("depth", "drops", "read-write", "exit status: 0 ok, 3"):
+    for needle in ("depth", "drops", "Read-only", "exit status: 0 ok, 3"):
         assert needle in result.stdout
 
 

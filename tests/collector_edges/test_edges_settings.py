@@ -51,11 +51,49 @@ def test_eventhubs_needs_a_destination() -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(env={"SEVENTS_SINK": "eventhubs"})
     assert len(caught.value.problems) == 2
-    ok = load_settings(
-        env={"SEVENTS_SINK": "eventhubs", "SEVENTS_EVENTHUBS_CONNECTION_STRING": "Endpoint=sb://x/;EntityPath=hub"}
-    )
-    assert ok.connection_string() == "Endpoint=sb://x/;EntityPath=hub"
+    secret = "Endpoint=sb://x/;SharedAccessKeyName=send;SharedAccessKey=c2VjcmV0;EntityPath=hub"
+    ok = load_settings(env={"SEVENTS_SINK": "eventhubs", "SEVENTS_EVENTHUBS_CONNECTION_STRING": secret})
+    assert ok.connection_string() == secret
     assert "Endpoint" not in repr(ok)
+
+
+def test_a_connection_string_file_is_checked_like_the_environment_variable(tmp_path: Path) -> None:
+    """A file holding something else is refused at start, naming the file, never its content."""
+    file = tmp_path / "eventhubs.secret"
+    file.write_text("Endpoint=junk-c2VjcmV0\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(
+            env={"SEVENTS_SINK": "eventhubs", "SEVENTS_EVENTHUBS_NAME": "hub"},
+            flags={"eventhubs_connection_string_file": str(file)},
+        )
+    message = str(caught.value)
+    assert f"eventhubs_connection_string_file {file} is not an Event Hubs connection string" in message
+    assert "c2VjcmV0" not in message
+    with pytest.raises(ConfigError) as env_caught:
+        load_settings(
+            env={
+                "SEVENTS_SINK": "eventhubs",
+                "SEVENTS_EVENTHUBS_NAME": "hub",
+                "SEVENTS_EVENTHUBS_CONNECTION_STRING": "Endpoint=junk-c2VjcmV0",
+            }
+        )
+    assert "SEVENTS_EVENTHUBS_CONNECTION_STRING is not an Event Hubs connection string" in str(env_caught.value)
+
+
+def test_every_problem_of_a_config_file_in_one_message_with_hints(tmp_path: Path) -> None:
+    """A misspelt key, a fraction where a whole number goes (it used to be cut to 2) and a near-miss value are all
+    named at once, each with a "did you mean" where one is close."""
+    config = tmp_path / "collector.toml"
+    config.write_text('[collector]\nship_batch = 2.7\npoll_intervl = 3\nsink = "eventhub"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(file=config, env={})
+    problems = caught.value.problems
+    assert len(problems) == 3, problems
+    assert any("unknown setting 'poll_intervl'; did you mean 'poll_interval'?" in p for p in problems)
+    assert any("ship_batch: expected an integer, got 2.7" in p for p in problems)
+    assert any("got 'eventhub'; did you mean 'eventhubs'?" in p for p in problems)
+    config.write_text("[collector]\nship_batch = 200.0\n")
+    assert load_settings(file=config, env={}).ship_batch == 200  # a whole number written with a point is fine
 
 
 def test_connection_string_never_from_flags() -> None:

@@ -173,7 +173,7 @@ def start_fleet(
                 heartbeat_interval=2.0,
                 min_request_interval=0.0,
                 first_call_timeout=10.0,
-                ship_max_wait=0.1,
+                ship_max_wait=0.0,
                 drain_timeout=30.0,
             )
             sink = EventHubsSink.from_connection_string(endpoint.connection_string(), send_timeout=2)

@@ -196,3 +196,34 @@ def test_silent_threshold_must_be_a_positive_number_of_seconds(capsys: pytest.Ca
     with pytest.raises(SystemExit) as exited:
         cli.main(["audit", "silent", "--threshold", "-5", "--clickhouse", "chdb:///nowhere"])
     assert exited.value.code == 2 and "--threshold: must be at least 1" in capsys.readouterr().err
+
+
+def test_disruptive_names_an_unknown_event_type_instead_of_answering_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--types Bogus`` used to return no rows and exit 0; it is a usage error naming the types, with a hint."""
+    argv = ["audit", "disruptive", "--since", "1h", "--clickhouse", "chdb:///nowhere"]
+    assert cli.main([*argv, "--types", "Reboot,reboto,Bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown event type 'reboto'" in err and "did you mean Reboot?" in err and "'Bogus'" in err
+    assert "Freeze, Reboot, Redeploy, Preempt, Terminate" in err
+    assert cli.main([*argv, "--types", ","]) == 2 and "names no event type" in capsys.readouterr().err
+    assert not Path("/nowhere").exists()  # refused before ClickHouse was opened
+
+
+def test_draining_an_outbox_that_is_not_there_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``run --until-idle`` on a glob that matches nothing, or a missing path, used to exit 0 having done nothing."""
+    target = ["--clickhouse", f"chdb://{tmp_path / 'ch'}"]
+    assert cli.main(["run", "--until-idle", "--source", f"outbox:{tmp_path}/vms/*", *target]) == 2
+    assert f"no outbox matches {tmp_path}/vms/*" in capsys.readouterr().err
+    assert cli.main(["run", "--until-idle", "--source", f"outbox:{tmp_path / 'missing'}", *target]) == 2
+    assert "no outbox matches" in capsys.readouterr().err
+    assert not (tmp_path / "ch").exists()  # nothing was opened, nothing created
+
+
+def test_a_connection_error_names_the_host_and_port(capsys: pytest.CaptureFixture[str]) -> None:
+    """A refused connection says which server, host:port (the port used to be dropped), in one line, no traceback."""
+    assert cli.main(["audit", "counts", "--clickhouse", "http://reader@127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot connect to ClickHouse at http://127.0.0.1:1" in err
+    assert "Traceback" not in err and "reader" not in err

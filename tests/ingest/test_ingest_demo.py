@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -98,3 +99,42 @@ def test_demo_refuses_a_workdir_whose_clickhouse_another_process_holds(tmp_path:
     finally:
         holder.terminate()
         holder.wait(timeout=30)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass  # gone meanwhile
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
+    """SIGINT while the fleet runs: exit 130, one line on stderr, no traceback, no collector process left behind."""
+    workdir = tmp_path / "demo"
+    code = "import sys; from demo.cli import main; sys.exit(main())"
+    demo = subprocess.Popen(
+        [sys.executable, "-c", code, "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if "collector processes polling" in line:
+                break
+        assert _processes_mentioning(str(workdir / "collectors")), "the collectors run"
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert _processes_mentioning(str(workdir / "collectors")) == []

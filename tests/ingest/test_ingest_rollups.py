@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest import queries
 from ingest.migrate import Target, load_migrations, migrate, render
 
 # Real ClickHouse, hundreds of inserts and queries per property run: the slow tier (still run in CI).
@@ -135,6 +136,38 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
     assert {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events")} == active
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    stream=streams(),
+    sets=st.lists(st.sampled_from(("", "", "pool-a", "pool-b")), min_size=4, max_size=4),
+    data=st.data(),
+)
+def test_event_sets_equal_the_sets_found_over_the_pairs(
+    ch: Any, rollup_db: str, stream: list[dict[str, Any]], sets: list[str], data: Any
+) -> None:
+    """The per-event sets kept by their own rollup (events.fault_domain_labels) equal those the query layer finds
+    over the event's VMs, whatever the duplicates, order and batches, with VMs in availability and scale sets.
+    Each VM keeps one identity, as in Azure (the rollup keeps every name and domain it saw)."""
+    for table in ("transitions", "event_vm_rollup", "event_rollup"):
+        ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
+    first: dict[str, dict[str, Any]] = {}
+    for r in stream:
+        identity = first.setdefault(r["vm_id"], r)
+        r.update(
+            vm_name=identity["vm_name"], fault_domain=identity["fault_domain"], update_domain=identity["update_domain"]
+        )
+        r["scale_set"] = sets[int(r["vm_id"].rsplit("-", 1)[1])]
+    delivered = data.draw(st.permutations(stream + data.draw(st.lists(st.sampled_from(stream), max_size=10))))
+    cut = data.draw(st.integers(0, len(delivered)))
+    for batch in (delivered[:cut], delivered[cut:]):
+        if batch:
+            ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
+    pairs = queries.scoped(f"SELECT event_id FROM {rollup_db}.event_rollup", f"{rollup_db}.")
+    labels = "arraySort(groupUniqArrayIf(fault_domain_label, affects_this_vm))"
+    by_pairs = _rows(ch, f"SELECT event_id, {labels} FROM {pairs} GROUP BY event_id")
+    assert _rows(ch, f"SELECT event_id, arraySort(fault_domain_labels) FROM {rollup_db}.events") == by_pairs
+
+
 def test_backfill_covers_rows_stored_before_the_migration(ch: Any) -> None:
     """Rows stored before migration 0006 are in its rollups; running its statements again changes nothing."""
     database = "t_" + uuid.uuid4().hex[:12]
@@ -150,9 +183,12 @@ def test_backfill_covers_rows_stored_before_the_migration(ch: Any) -> None:
     query = f"SELECT event_id, outcome, affected_vm_count, transitions FROM {database}.events"
     assert ch.query(query).result_rows == [("E-1", "active", 1, 2)]
     assert ch.query(f"SELECT event_id FROM {database}.active_events").result_rows == [("E-1",)]
-    for statement in render(next(m for m in load_migrations() if m.version == 6), Target(database=database)):
+    # the latest migration that makes event_rollup's view (0009, which added the sets) backfills everything again
+    for statement in render(next(m for m in load_migrations() if m.version == 9), Target(database=database)):
         ch.command(statement)
     assert ch.query(query).result_rows == [("E-1", "active", 1, 2)], "a second run is harmless"
+    labels = f"SELECT fault_domain_labels FROM {database}.events"
+    assert ch.query(labels).result_rows == [(["vm-1 / FD ?"],)], "rows stored before 0009 have their sets"
 
 
 def test_cluster_rendering_backfills_through_distributed_tables() -> None:
