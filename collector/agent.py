@@ -330,6 +330,8 @@ class Agent:
                 self.heartbeat(final=True)
         finally:
             shipper_stop.set()
+            if self._parts.approver is not None:
+                self._parts.approver.wake()  # its thread sees stop now rather than at its next wait's end
             for thread in threads:
                 thread.join(timeout=5.0)
             if self._parts.shipper is not None and not failure:

@@ -73,7 +73,7 @@ class Approver:
         self.on_fault = on_fault  # the agent counts each fault (health)
         self._decided: dict[str, bool] = {}  # event id -> whether its pre-hook runs (so the post-hook too)
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
-        self._jobs: queue.Queue[tuple[_Job, VmIdentity]] = queue.Queue()
+        self._jobs: queue.Queue[tuple[_Job, VmIdentity] | None] = queue.Queue()  # None: look at stop now
         self._running = False
         self._lock = threading.Lock()  # the ledger: the poll thread decides, the approver thread acts
         self._ledger: dict[str, dict[str, Any]] = self._load()
@@ -121,12 +121,17 @@ class Approver:
         try:
             while not stop.is_set():
                 try:
-                    job, vm = self._jobs.get(timeout=1.0)  # a hook running at stop is killed at once
+                    item = self._jobs.get(timeout=1.0)  # ``wake`` ends the wait at shutdown
                 except queue.Empty:
                     continue
-                self._perform(job, vm, stop)
+                if item is not None:
+                    self._perform(*item, stop)
         finally:
             self._running = False
+
+    def wake(self) -> None:
+        """End ``run``'s wait for a job now (after its ``stop`` was set); a hook running then is killed by stop."""
+        self._jobs.put(None)
 
     # -- internals ---------------------------------------------------------------------------------------
     def _remember(self, event_id: str, hooked: bool) -> None:

@@ -29,6 +29,8 @@ OUTPUT_KEPT: Final = 4096  # bytes of the hook's output kept for the log
 EXIT_NOT_STARTED: Final = 127  # the shell's convention for "command not found"
 EXIT_KILLED: Final = -9  # reported when the hook was killed at its timeout (or at shutdown)
 _POSIX: Final = os.name == "posix"
+# The collector's secrets are not the hook's business: never passed on (the hook gets the rest of the environment).
+SECRET_ENV: Final = frozenset({"SEVENTS_EVENTHUBS_CONNECTION_STRING", "AZURE_CLIENT_SECRET"})
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,9 @@ class HookResult:
 
 
 def hook_environment(fields: Mapping[str, Any], base: Mapping[str, str]) -> dict[str, str]:
-    """``base`` plus ``SEVENTS_<FIELD>`` for each event field (lists joined with commas, None as "")."""
-    env = dict(base)
+    """``base`` without the collector's secrets, plus ``SEVENTS_<FIELD>`` for each event field (lists joined with
+    commas, None as "")."""
+    env = {k: v for k, v in base.items() if k not in SECRET_ENV}
     for name, value in fields.items():
         if isinstance(value, (list, tuple)):
             text = ",".join(str(v) for v in value)

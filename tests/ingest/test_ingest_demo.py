@@ -48,7 +48,10 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
     assert len(approved) == 1, decisions
     # HTTP 200, or none when the VM rebooted before its collector heard the answer (recorded at its restart)
     assert "reboot" in approved[0] and "first-in-resources" in approved[0]
-    assert "left_to_approver" in decisions  # the other VMs of the fault domain drained and left it to the first
+    # the other VMs of the fault domain ran their own drain: finished (left to the first VM), or cut short by the
+    # reboot the first VM's approval released (their collectors record that at their restart)
+    others = [line for line in decisions.splitlines() if line.startswith("reboot ") and " approved " not in line]
+    assert len(others) == 3 and all("left_to_approver" in o or "hook_interrupted" in o for o in others), decisions
     assert (tmp_path / "demo" / "report.html").is_file()
     assert (tmp_path / "demo" / "clickhouse").is_dir()
 
