@@ -29,6 +29,7 @@ from typing import Any
 from opentelemetry import trace
 
 import sevents
+from collector.approver import Approver
 from collector.decode import DecodeError, decode_document
 from collector.downtime import event_for, snapshot_before
 from collector.enrich import heartbeat_record, impact_record, transition_record
@@ -84,6 +85,7 @@ class Parts:
     alive: AliveFile | None = None  # the last moment alive, kept fresh by the ticker
     rebooted: Downtime | None = None  # the downtime across a reboot since the previous run, to be stored
     webhook: Webhook | None = None  # POSTs chosen transitions as they are committed (collector.webhook)
+    approver: Approver | None = None  # acts on the approval policy (None, or a policy off: approves nothing)
 
 
 def _trace_commits(batch: Sequence[Mapping[str, Any]], seqs: Sequence[int], began_ns: int) -> None:
@@ -119,6 +121,8 @@ class Agent:
         self.client.on_error = self.health.fault
         if parts.webhook is not None:
             parts.webhook.on_drop = self.health.fault  # shown in the heartbeat's error counts
+        if parts.approver is not None:
+            parts.approver.on_fault = self.health.fault
         if parts.shipper is not None:
             parts.shipper.on_shipped = lambda n: self._refresh_outbox_metrics()
         self.started_at = self._clock()
@@ -170,8 +174,17 @@ class Agent:
             downtimes = list(self._downtimes)
         if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
+            self._approve(stop)
             return []
-        return self._commit(snapshot, transitions, response.api_version, downtimes)
+        committed = self._commit(snapshot, transitions, response.api_version, downtimes)
+        self._approve(stop)
+        return committed
+
+    def _approve(self, stop: threading.Event) -> None:
+        """Offer what is committed (never what the outbox refused) to the approval policy."""
+        approver = self._parts.approver
+        if approver is not None and self._pending.committed is self._snapshot:
+            approver.offer(self._snapshot, self.instance.identity, stop)
 
     def _identity_for_poll(self, stop: threading.Event) -> None:
         """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
@@ -354,6 +367,8 @@ class Agent:
                 self.heartbeat(final=True)
         finally:
             shipper_stop.set()
+            if self._parts.approver is not None:
+                self._parts.approver.wake()  # its thread sees stop now rather than at its next wait's end
             for thread in threads:
                 thread.join(timeout=5.0)
             if self._parts.shipper is not None and not failure:
@@ -408,6 +423,11 @@ class Agent:
             posting = threading.Thread(target=webhook.run, args=(shipper_stop,), name="collector-webhook", daemon=True)
             posting.start()
             workers.append(posting)
+        approver = self._parts.approver
+        if approver is not None and approver.policy.enabled:
+            approving = threading.Thread(target=approver.run, args=(stop,), name="collector-approver", daemon=True)
+            approving.start()
+            workers.append(approving)
         ticker = self._parts.ticker
         if ticker is not None:
             ticker.on_pause = self._downtime_seen

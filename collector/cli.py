@@ -17,10 +17,11 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from collector.agent import AgentError
+from collector.approval import ApprovalPolicy
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
 from collector.outbox import OutboxError
-from collector.settings import SECTION, CollectorSettings, load_settings
+from collector.settings import SECTION, CollectorSettings, load_approval, load_settings
 from collector.status import StatusError, read_status
 from collector.wiring import build_agent
 from sevents import records
@@ -169,16 +170,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sevents-collector: fatal: {error}", file=sys.stderr)
             return EXIT_FATAL
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    problems: list[str] = []
     try:
         settings = load_settings(file=args.config, flags=flags)
     except ConfigError as error:
-        print(f"sevents-collector: {error}", file=sys.stderr)
+        problems += error.problems
+    try:
+        approval = load_approval(args.config)
+    except ConfigError as error:  # a bad policy refuses to start: never a silent approve-all, nor approve-none
+        problems += error.problems
+    if problems:
+        print(f"sevents-collector: {ConfigError(problems)}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "once" and not _configured("retry_deadline", args.config, flags):
         settings = dataclasses.replace(settings, retry_deadline=ONCE_RETRY_DEADLINE)
     setup_logging(settings.log_level)
     try:
-        return _once(settings) if args.command == "once" else _run(settings)
+        return _once(settings, approval) if args.command == "once" else _run(settings, approval)
     except (AgentError, OutboxError) as error:
         log.critical("collector stopped: %s", error, extra={"error": str(error)})
         print(f"sevents-collector: fatal: {error}", file=sys.stderr)
@@ -193,10 +201,10 @@ def _configured(name: str, file: Path | None, flags: Mapping[str, Any]) -> bool:
     return name in table
 
 
-def _once(settings: CollectorSettings) -> int:
+def _once(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
-    agent = build_agent(settings)
+    agent = build_agent(settings, approval=approval)
     try:
         log.info(
             "polling IMDS once",
@@ -236,7 +244,7 @@ def _stop_on_signals(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, request_stop)
 
 
-def _run(settings: CollectorSettings) -> int:
+def _run(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     metrics_server = _metrics_server(settings.metrics_addr)
@@ -246,7 +254,7 @@ def _run(settings: CollectorSettings) -> int:
     provider = make_meter_provider("sevents-collector", readers=readers) if readers or otlp_configured() else None
     tracing = install_tracer_provider("sevents-collector")  # spans over OTLP only when an endpoint is set
     try:
-        return _run_agent(settings, stop, provider)
+        return _run_agent(settings, approval, stop, provider)
     finally:
         if tracing is not None:
             tracing.shutdown()  # sends what is buffered
@@ -268,12 +276,14 @@ def _metrics_server(addr: str) -> MetricsServer | None:
         raise AgentError(f"cannot serve /metrics on {addr}: {error.strerror or error}") from error
 
 
-def _run_agent(settings: CollectorSettings, stop: threading.Event, provider: MeterProvider | None) -> int:
+def _run_agent(
+    settings: CollectorSettings, approval: ApprovalPolicy, stop: threading.Event, provider: MeterProvider | None
+) -> int:
     try:
         # An outbox that cannot be opened (a full disk) is waited out, never a reason to exit: a supervisor
         # restarting us would find the same disk, and meanwhile nobody would try again.
         agent = retry(
-            lambda: build_agent(settings, meter_provider=provider),
+            lambda: build_agent(settings, meter_provider=provider, approval=approval),
             backoff=START_RETRY,
             stop=stop,
             retryable=lambda error: isinstance(error, OutboxError),

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from collector.model import Downtime, Event, Transition, VmIdentity
+from collector.model import ApprovalOutcome, Downtime, Event, Transition, VmIdentity
 from sevents import contract, records
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,32 @@ def impact_record(
         _common(records.RECORD_IMPACT, record_id, downtime.ended_at, api_version, collector_version),
         with_vm(vm),
         fields=contract.IMPACT,
+    )
+
+
+def approval_record(
+    outcome: ApprovalOutcome, event: Event, vm: VmIdentity, *, api_version: str, collector_version: str
+) -> Record:
+    """The wire record of one decision of the approval policy about ``event`` on ``vm``."""
+    record_id = records.approval_id(vm.vm_id, event.event_id, outcome.decision)
+    decision = {
+        "approval_id": record_id,
+        "event_id": event.event_id,
+        "decision": outcome.decision,
+        "rule": outcome.rule,
+        "approver": outcome.approver,
+        "event_type": event.event_type,
+        "not_before": None if event.not_before is None else records.format_time(event.not_before),
+        "hook_exit": outcome.hook_exit,
+        "hook_ms": outcome.hook_ms,
+        "http_status": outcome.http_status,
+        "decided_at": records.format_time(outcome.decided_at),
+    }
+    return _chain(
+        decision,
+        _common(records.RECORD_APPROVAL, record_id, outcome.decided_at, api_version, collector_version),
+        with_vm(vm),
+        fields=contract.APPROVAL,
     )
 
 

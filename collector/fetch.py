@@ -1,4 +1,4 @@
-"""One bounded HTTP GET: a total deadline (not a per-read timeout), a cap on the body, and a stop that ends it.
+"""One bounded HTTP request (a GET, or an approval's POST): a total deadline, a body cap, and a stop that ends it.
 
 Theory of operation. A socket timeout applies to each read, so a server trickling one byte a second holds a
 request forever. Here the request runs in a short-lived daemon thread on a connection taken from a small
@@ -116,6 +116,8 @@ def _dropped(connection: http.client.HTTPConnection) -> bool:
     if sock is None:
         return True
     try:
+        if not hasattr(select, "poll"):  # Windows: select() takes sockets there, and a collector has few
+            return bool(select.select([sock], [], [], 0)[0])
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         return bool(poller.poll(0))
@@ -166,16 +168,22 @@ def bounded_get(
     monotonic: Callable[[], float] = time.monotonic,
     on_send: Callable[[], None] = lambda: None,
     logger: logging.Logger = log,
+    method: str = "GET",
+    body: bytes | None = None,
 ) -> Answer:
     """GET ``url`` (plain HTTP): the whole answer within ``total_s`` seconds and ``max_bytes`` bytes, or FetchError.
 
     ``on_send`` is called in the request's thread just before the request leaves (pacing counts from then).
+    ``method`` and ``body`` make it another request under the same bounds (the approval's POST).
     """
     deadline = time.monotonic() + total_s  # the real clock: the deadline is enforced by real waits
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     # identity: a compressed body could expand far beyond the cap we count on the wire.
     wanted = {**headers, "Accept-Encoding": "identity"}
+    sending = body
+    if body is not None:
+        wanted["Content-Type"] = "application/json"
     outcome: list[Answer | BaseException] = []
     sent: list[bool] = []
     exchange = _Exchange()
@@ -192,7 +200,7 @@ def bounded_get(
                 if sock is None or not exchange.attach(sock):
                     raise FetchInterrupted()  # the caller has gone: nobody waits for this answer
                 sock.settimeout(total_s)  # each read; the caller enforces the total
-                connection.request("GET", target, headers=wanted)
+                connection.request(method, target, body=sending, headers=wanted)
                 sent.append(True)
                 response = connection.getresponse()
                 try:

@@ -1,4 +1,4 @@
-"""The IMDS HTTP edge: GET Scheduled Events and instance metadata, never via a proxy, under a written retry policy.
+"""The IMDS HTTP edge: GET Scheduled Events and instance metadata, POST approvals; no proxy, a written retry policy.
 
 Theory of operation. Each request is one ``collector.fetch.bounded_get``: a total deadline (the read timeout
 bounds the whole answer, not each read), a body cap, and ``stop`` ending the wait at once, so the first call
@@ -6,8 +6,9 @@ may take the documented two minutes yet shutdown returns at once, and a tricklin
 ``Metadata: true``, never ``X-Forwarded-For``, go straight to IMDS whatever the proxy settings of the
 environment (the standard library's HTTP client consults none), and never follow redirects. Requests from one
 client are spaced by ``min_interval_s`` so the collector stays well below the ~5 requests/s that IMDS allows
-per VM across all agents. What is retried, for how long, and which api-version comes next is decided by the
-pure policy in ``collector.imds_policy``.
+per VM across all agents. An approval (``approve``) is a POST under the same rules: approving an event twice
+is harmless (IMDS answers 200), so it is retried like a poll. What is retried, for how long, and which
+api-version comes next is decided by the pure policy in ``collector.imds_policy``.
 
 Errors::
 
@@ -18,6 +19,7 @@ Errors::
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -88,6 +90,18 @@ def scheduled_events_url(base_url: str, api_version: str) -> str:
     return f"{base_url.rstrip('/')}{path}?api-version={api_version}"
 
 
+def approval_body(event_ids: Sequence[str], api_version: str, incarnation: int | None) -> bytes:
+    """The documented approval document: ``{"StartRequests": [{"EventId": ...}]}``.
+
+    The 2017 api-versions' documents (and Microsoft's samples for them) also send the DocumentIncarnation the
+    event was seen in, as a string; newer versions take StartRequests alone.
+    """
+    document: dict[str, object] = {"StartRequests": [{"EventId": e} for e in event_ids]}
+    if api_version < "2019-01-01" and incarnation is not None:
+        document = {"DocumentIncarnation": str(incarnation), **document}
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
 def instance_url(base_url: str, api_version: str) -> str:
     """The instance metadata URL under ``base_url``."""
     return f"{base_url.rstrip('/')}/metadata/instance?api-version={api_version}"
@@ -155,8 +169,32 @@ class ImdsClient:
         self.instance_api_version = response.api_version
         return response
 
+    def approve(
+        self,
+        stop: threading.Event,
+        event_ids: Sequence[str],
+        incarnation: int | None,
+        *,
+        deadline_s: float | None = None,
+    ) -> ImdsResponse:
+        """POST StartRequests for ``event_ids`` (at the api-version polling uses); the answer, or ImdsError.
+
+        ``incarnation`` is the DocumentIncarnation the events were seen in (sent to the 2017 api-versions).
+        """
+
+        def body(version: str) -> bytes:
+            return approval_body(event_ids, version, incarnation)
+
+        return self._fetch(stop, "approve", SCHEDULED_EVENTS_VERSIONS, deadline_s, self.api_version, body)
+
     def _fetch(
-        self, stop: threading.Event, what: str, supported: Sequence[str], deadline_s: float | None, version: str
+        self,
+        stop: threading.Event,
+        what: str,
+        supported: Sequence[str],
+        deadline_s: float | None,
+        version: str,
+        post: Callable[[str], bytes] | None = None,
     ) -> ImdsResponse:
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
         tried = {version}
@@ -167,9 +205,9 @@ class ImdsClient:
             nonlocal version, attempts
             while True:
                 attempts += 1
-                url = (scheduled_events_url if what == "scheduled_events" else instance_url)(self.base_url, version)
+                url = (instance_url if what == "instance" else scheduled_events_url)(self.base_url, version)
                 try:
-                    body, latency = self._attempt(url, stop)
+                    body, latency = self._attempt(url, stop, None if post is None else post(version))
                     return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempts)
                 except ImdsInterrupted:
                     raise
@@ -224,8 +262,8 @@ class ImdsClient:
             )
             raise
 
-    def _attempt(self, url: str, stop: threading.Event) -> tuple[bytes, float]:
-        """One paced GET under a total deadline and a body cap; the body and latency on 200, an ImdsError otherwise."""
+    def _attempt(self, url: str, stop: threading.Event, post: bytes | None = None) -> tuple[bytes, float]:
+        """One paced GET (POST of ``post`` when given) under a total deadline and a body cap; the body on 200."""
         with self._pace:
             # Claim the next free moment, so the two threads that share this client never send together.
             slot = max(self._monotonic(), self._last_request + self.policy.min_interval_s)
@@ -247,6 +285,8 @@ class ImdsClient:
                 monotonic=self._monotonic,
                 on_send=self._sent,
                 logger=log,
+                method="GET" if post is None else "POST",
+                body=post,
             )
         except FetchInterrupted as error:
             raise ImdsInterrupted() from error

@@ -218,6 +218,16 @@ def _event_in(d: dict[str, Any]) -> Event:
     )
 
 
+def event_to_json(e: Event) -> dict[str, Any]:
+    """An event as the JSON the state store keeps (the snapshot's form)."""
+    return _event_out(e)
+
+
+def event_from_json(d: dict[str, Any]) -> Event:
+    """Inverse of ``event_to_json``; ValueError (or KeyError, TypeError) on anything else."""
+    return _event_in(d)
+
+
 @dataclass(frozen=True)
 class Downtime:
     """A stretch of time the VM did not run (``collector.downtime``): from ``began_at``, the last moment it was
@@ -238,3 +248,16 @@ class Alive:
 
     boot_id: str
     at: datetime
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    """What the approval policy did about one event (``collector.approver``): the decision and its evidence."""
+
+    decision: str  # one of sevents.records.DECISIONS
+    rule: str
+    approver: str
+    decided_at: datetime
+    hook_exit: int | None = None  # None: no hook ran
+    hook_ms: int | None = None
+    http_status: int | None = None  # None: no approval was sent (or no answer came)

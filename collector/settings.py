@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any, Final, Optional
 from urllib.parse import urlsplit
 
+from collector.approval import SECTION as APPROVAL_SECTION
+from collector.approval import ApprovalPolicy, parse_policy
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
 from sevents import records
-from sevents.config import build, host_port_problems, one_of, read_toml_section
+from sevents.config import build, host_port_problems, one_of, read_toml_document, read_toml_section
 from sevents.errors import ConfigError
 
 SECTION: Final = "collector"
@@ -191,3 +193,20 @@ def load_settings(
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def load_approval(file: Path | None) -> ApprovalPolicy:
+    """The approval policy of the ``[approval]`` table of ``file`` (none: approve nothing); ConfigError lists
+    every problem, so a bad policy stops the collector at start rather than approving what it should not."""
+    document, problems = read_toml_document(file)
+    if problems:
+        raise ConfigError(problems)
+    table = document.get(APPROVAL_SECTION)
+    if table is None:
+        return ApprovalPolicy()
+    if not isinstance(table, dict):
+        raise ConfigError([f"config file {file}: [{APPROVAL_SECTION}] is not a table"])
+    policy, problems = parse_policy(table, f"config file {file} [{APPROVAL_SECTION}]")
+    if problems:
+        raise ConfigError(problems)
+    return policy

@@ -14,7 +14,9 @@ from datetime import datetime
 
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
-from collector.agent import Agent, AgentError, Parts, utc_now
+from collector.agent import COLLECTOR_VERSION, Agent, AgentError, Parts, utc_now
+from collector.approval import ApprovalPolicy
+from collector.approver import Approver
 from collector.dhcp import resolve_base_url
 from collector.downtime import reboot
 from collector.fetch import Connections
@@ -39,8 +41,13 @@ def build_agent(
     meter_provider: MeterProvider | None = None,
     sink: Sink | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    approval: ApprovalPolicy | None = None,
 ) -> Agent:
-    """An Agent for ``settings``; ``sink`` replaces the one the settings name (None: as configured)."""
+    """An Agent for ``settings``; ``sink`` replaces the one the settings name (None: as configured).
+
+    ``approval`` is the policy of the config file's ``[approval]`` table (``settings.load_approval``); None or a
+    policy that is off approves nothing.
+    """
     lock_fd = _lock(settings)
     with contextlib.ExitStack() as undo:
         undo.callback(os.close, lock_fd)
@@ -85,10 +92,23 @@ def build_agent(
             alive=alive,
             rebooted=reboot(last_alive, boot_id, running_since(last_alive, clock())),
             webhook=_webhook(settings),
+            approver=_approver(approval, client, outbox, clock, metrics),
         )
         agent = Agent(parts)
         undo.pop_all()
     return agent
+
+
+def _approver(
+    policy: ApprovalPolicy | None,
+    client: ImdsClient,
+    outbox: Outbox,
+    clock: Callable[[], datetime],
+    metrics: CollectorMetrics,
+) -> Approver | None:
+    if policy is None or not policy.enabled:
+        return None
+    return Approver(policy, client, outbox, clock=clock, collector_version=COLLECTOR_VERSION)
 
 
 def imds_policy(settings: CollectorSettings) -> ImdsPolicy:

@@ -1,4 +1,5 @@
-"""Approval latency: how long approval took by event type and source, the notice given, and who released it."""
+"""Approval latency: how long approval took by event type and source, the notice given, and who released it,
+with the approvals sevents' own policy made (the ``approvals`` table): by which VM, rule and hook."""
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
 # ruff: noqa: S608
@@ -12,11 +13,21 @@ from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
 # IMDS never says who approved. What an observer can tell: the event started before NotBefore (someone
-# POSTed StartRequests), at or after it (the platform's own deadline), or not at all.
+# POSTed StartRequests), at or after it (the platform's own deadline), or not at all. Approvals sevents made
+# are in ``approvals``; an early start without one there was approved by someone outside sevents. The search
+# reaches back as far as the events the range can show (their approval came after their first observation).
+SEVENTS_APPROVED = (
+    f"(SELECT event_id FROM {f.DB}.approvals WHERE decision = 'approved' "
+    f"AND decided_at >= $__fromTime - INTERVAL {f.LOOKBACK_DAYS} DAY)"
+)
+BY_SEVENTS = "sevents policy (StartRequests)"
+BY_OUTSIDE = "approved outside sevents"
 RELEASED_BY = (
-    "multiIf(approved_at IS NOT NULL, 'approval (StartRequests)', started_at IS NOT NULL, "
+    f"multiIf(approved_at IS NOT NULL AND event_id IN {SEVENTS_APPROVED}, '{BY_SEVENTS}', "
+    f"approved_at IS NOT NULL, '{BY_OUTSIDE}', started_at IS NOT NULL, "
     "'platform (NotBefore reached)', outcome = 'cancelled', 'cancelled', 'pending')"
 )
+DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f.vm_filter()}"
 EVENTS = f.since(f.OVERLAPPING_IDS)
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 
@@ -66,6 +77,32 @@ def panels() -> list[g.Panel | g.Row]:
             height=10,
             description="Announced notice: NotBefore minus first seen. Notice: Started minus first seen.",
             field_config={"overrides": [event_link_override()]},
+        ),
+        g.Panel(
+            "Approved by sevents",
+            "table",
+            "SELECT decided_at, event_id, event_type, vm_name AS approved_by, rule, hook_exit, hook_s, http_status, "
+            "if(not_before IS NOT NULL AND not_before > decided_at, "
+            "dateDiff('millisecond', decided_at, not_before) / 1000, NULL) AS notice_saved_s "
+            f"FROM {f.DB}.approvals FINAL WHERE decision = 'approved' AND {DECISIONS_WHERE} "
+            "ORDER BY decided_at DESC, event_id LIMIT 1000",
+            width=14,
+            height=8,
+            description="Each approval a collector's policy sent: the VM, the rule that made it the approver, its "
+            "pre-approval hook (exit code, seconds), the POST's HTTP status, and the notice saved (NotBefore minus "
+            "the approval).",
+            field_config={"overrides": [event_link_override()]},
+        ),
+        g.Panel(
+            "Approval policy decisions",
+            "table",
+            "SELECT decision, rule, count() AS decisions, uniqExact(event_id) AS events, "
+            "round(avg(hook_s), 3) AS avg_hook_s, round(max(hook_s), 3) AS max_hook_s "
+            f"FROM {f.DB}.approvals FINAL WHERE {DECISIONS_WHERE} GROUP BY decision, rule ORDER BY decision, rule",
+            width=10,
+            height=8,
+            description="Every decision of the collectors' approval policies: approved, left to the approving VM, "
+            "refused by a failing or hanging hook, or not covered (rule: the first rule the event failed).",
         ),
         g.Panel(
             "Approval latency over time",

@@ -79,7 +79,8 @@ def select(data: ReportData) -> ReportData:
         if lane["event_id"] in kept and (not f.vms or lane["vm_name"] in f.vms) and _in_domain(lane, f)
     ]
     unannounced = [d for d in data.unannounced if (not f.vms or d["vm_name"] in f.vms)]
-    return ReportData(f, events, lanes, unannounced)
+    approvals = [a for a in data.approvals if a["event_id"] in kept and a["decision"] == "approved"]
+    return ReportData(f, events, lanes, unannounced, approvals)
 
 
 def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportData:
@@ -88,9 +89,13 @@ def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportD
     events = queries.run(client, queries.EVENTS_IN_WINDOW, database, **window).dicts()
     lanes = queries.run(client, LANES, database, **window).dicts()
     downtime = queries.run(client, queries.DOWNTIME, database, **window).dicts()
-    return select(ReportData(filters, events, lanes, [d for d in downtime if not d["event_id"]]))
+    # an approval comes after its event's first observation, and within the longest notice IMDS gives
+    decided = {"since": filters.since, "until": filters.until + APPROVAL_REACH}
+    approvals = queries.run(client, queries.APPROVALS, database, **decided).dicts()
+    return select(ReportData(filters, events, lanes, [d for d in downtime if not d["event_id"]], approvals))
 
 
+APPROVAL_REACH = timedelta(days=8)  # IMDS announces at most about 7 days ahead
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

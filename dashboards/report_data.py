@@ -41,3 +41,4 @@ class ReportData:
     events: list[dict[str, Any]] = field(default_factory=list)
     lanes: list[dict[str, Any]] = field(default_factory=list)
     unannounced: list[dict[str, Any]] = field(default_factory=list)  # downtime no event of the VM announced
+    approvals: list[dict[str, Any]] = field(default_factory=list)  # the approvals sevents' policy made (decisions)

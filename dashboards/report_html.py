@@ -136,6 +136,36 @@ def _downtime_table(data: ReportData) -> str:
     return f'<table id="downtime"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def approved_by(event: dict[str, Any], approvals: list[dict[str, Any]]) -> str:
+    """Who released an event early: the VM whose sevents policy approved it, or someone outside sevents."""
+    if event.get("approved_at") is None:
+        return ""
+    ours = sorted(a["vm_name"] for a in approvals if a["event_id"] == event["event_id"])
+    return f"sevents: {', '.join(ours)}" if ours else "outside sevents"
+
+
+def _approvals_table(data: ReportData) -> str:
+    rows = []
+    for a in data.approvals:
+        cells = [
+            (_short(a["event_id"]), ""),
+            (a["event_type"], ""),
+            (a["vm_name"], ""),
+            (a["rule"], ""),
+            ("" if a["hook_exit"] is None else str(a["hook_exit"]), ' class="num"'),
+            ("" if a["hook_s"] is None else _num(a["hook_s"]), ' class="num"'),
+            ("" if a["http_status"] is None else str(a["http_status"]), ' class="num"'),
+            ("" if a["notice_saved_s"] is None else _num(a["notice_saved_s"]), ' class="num"'),
+        ]
+        rows.append("<tr>" + "".join(f"<td{cls}>{escape(text)}</td>" for text, cls in cells) + "</tr>")
+    body = "".join(rows) or '<tr><td colspan="8">no event was approved by sevents</td></tr>'
+    head = "".join(
+        f"<th>{t}</th>"
+        for t in ("Event", "Type", "Approved by", "Rule", "Hook exit", "Hook s", "HTTP", "Notice saved s")
+    )
+    return f'<table id="approvals"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
 def _event_label(event: dict[str, Any]) -> str:
     return f"{event['event_type']} {_short(event['event_id'])}"
 
@@ -149,6 +179,7 @@ def _table(events: list[dict[str, Any]]) -> str:
         ("First seen", "first_seen_at", _time),
         ("NotBefore", "not_before_first", _time),
         ("Approved", "approved_at", _time),
+        ("Approved by", "approved_by", str),
         ("Started", "started_at", _time),
         ("Ended", "ended_at", _time),
         ("Approval s", "approval_latency_s", _num),
@@ -176,7 +207,7 @@ def _table(events: list[dict[str, Any]]) -> str:
 
 def render(data: ReportData, *, generated_at: datetime) -> str:
     """The whole page as one HTML string."""
-    events = data.events
+    events = [{**e, "approved_by": approved_by(e, data.approvals)} for e in data.events]
     start, end = _span(data)
     approval = [(_event_label(e), [e["approval_latency_s"], e["notice_s"]]) for e in events if e["started_at"]]
     announced = [
@@ -207,6 +238,11 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '
         "Started.</p>"
         f"{svg.bars('Approval latency and notice', approval, ('approval', 'notice'))}"
+        "<h2>Approvals sevents made</h2>"
+        '<p class="meta">Each event a collector\'s approval policy approved: the approving VM, the rule that made '
+        "it the approver, its pre-approval hook, the POST's HTTP status, and the notice saved (NotBefore minus the "
+        "approval). An event that started early without one here was approved by someone outside sevents.</p>"
+        f"{_approvals_table(data)}"
         "<h2>Observed impact per fault domain of each set</h2>"
         '<p class="meta">Downtime each VM measured on itself (a pause, a reboot), not the time an event stayed '
         "Started. A set is a scale set, or an availability set: the VMs that observe the same events, named by the "

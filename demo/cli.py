@@ -83,7 +83,11 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"sevents demo: scenario {args.scenario!r}, workdir {args.workdir}")
     try:
         run = start(
-            args.workdir, scenario=args.scenario, speed=args.speed, poll_interval=args.poll_interval, processes=True
+            args.workdir,
+            scenario=args.scenario,
+            speed=args.speed,
+            poll_interval=args.poll_interval,
+            processes=True,
         )
     except ScenarioError as error:
         print(f"sevents-demo: {error}", file=sys.stderr)
@@ -183,6 +187,7 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
         ours = [r for r in downtime if not r["event_id"] and r["vm_name"] == d.vm_name]
         measured = ", ".join(f"{r['duration_s']:.1f}" for r in ours) or "nothing"
         print(f"Unannounced pause of {d.vm_name}: {d.down_s:.1f} s; measured {measured}")
+    _approvals(run, window, labels)
     bad = [c for c in checks if not c.ok]
     for c in bad:
         print(f"  MISMATCH {c.label or c.event_id} {c.field}: recorded {_show(c.ours)}, truth {_show(c.truth)}")
@@ -191,6 +196,26 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
         f"(each time seen at the first {poll_interval:g} s poll after it)"
     )
     return not bad
+
+
+def _approvals(run: FleetRun, window: dict[str, datetime], labels: dict[str, str]) -> None:
+    rows = queries.run(run.client, queries.APPROVALS, run.settings.database, **window).dicts()
+    shown = [
+        [
+            labels.get(a["event_id"], "?"),
+            a["event_type"],
+            a["vm_name"],
+            a["decision"],
+            a["rule"],
+            "-" if a["hook_exit"] is None else str(a["hook_exit"]),
+            _secs(a["hook_s"]),
+            "-" if a["http_status"] is None else str(a["http_status"]),
+            _secs(a["notice_saved_s"]),
+        ]
+        for a in rows
+    ]
+    print("Approval policy decisions (the collectors' [approval] table; notice saved: NotBefore minus the approval)")
+    print(table(["event", "type", "VM", "decision", "rule", "hook exit", "hook s", "HTTP", "notice saved"], shown))
 
 
 # a measured downtime is at most one collector tick longer than the real one, plus signal and scheduling delays

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import shutil
 import sqlite3
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from collector.agent import Agent
-from collector.settings import OUTBOX_FILE, CollectorSettings
+from collector.settings import OUTBOX_FILE, CollectorSettings, load_approval
 from collector.wiring import build_agent
 from demo.processes import CollectorProcess, Downtimes, start_collectors
 from ingest.clickhouse import _locked
@@ -137,11 +140,13 @@ def start(
     clickhouse: str | None = None,
     database: str = "sevents",
     processes: bool = False,
+    approval: Path | None = None,
 ) -> FleetRun:
     """Start the simulator, one collector per VM (threads, or ``processes``), and the ingest thread; returns at once.
 
     ``clickhouse`` defaults to ``chdb://<workdir>/clickhouse``; a process can hold one chdb directory only, so
-    tests pass the one they already use (with their own ``database``).
+    tests pass the one they already use (with their own ``database``). ``approval`` is a collector TOML file whose
+    ``[approval]`` table every collector acts on (None: nothing is approved by sevents).
     """
     workdir = workdir.resolve()
     if fresh and clickhouse is None and _locked(workdir / "clickhouse"):
@@ -155,6 +160,8 @@ def start(
             shutil.rmtree(workdir / part, ignore_errors=True)
     (workdir / "collectors").mkdir(parents=True, exist_ok=True)
     sim = SimServer(load_scenario(scenario), speed=speed)
+    if approval is None and sim.scenario.collector_approval is not None:
+        approval = write_approval_config(workdir / "collector.toml", sim.scenario.collector_approval)
     settings = IngestSettings(
         clickhouse=clickhouse or f"chdb://{workdir / 'clickhouse'}",
         database=database,
@@ -165,11 +172,12 @@ def start(
     run = FleetRun(workdir, sim, settings, poll_interval)
     try:
         if processes:
-            _start_processes(run, workdir / "collectors", heartbeat_interval)
+            _start_processes(run, workdir / "collectors", heartbeat_interval, approval)
         sim.start()
         if processes:
             _follow_downtime(run)
         base = CollectorSettings()
+        policy = load_approval(approval)
         for name in [] if processes else sim.vm_names:
             collector = dataclasses.replace(
                 base,
@@ -180,7 +188,7 @@ def start(
                 min_request_interval=0.0,
                 first_call_timeout=10.0,
             )
-            run.agents.append(build_agent(collector))
+            run.agents.append(build_agent(collector, approval=policy))
         run.pipeline = build(settings, run.ingest_stop)
         for agent in run.agents:
             run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))
@@ -192,9 +200,27 @@ def start(
     return run
 
 
-def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float) -> None:
+def write_approval_config(path: Path, table: Mapping[str, Any]) -> Path:
+    """A collector TOML file holding ``table`` as its ``[approval]`` (``{python}`` in an argv: this interpreter)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, str):
+            return json.dumps(v.replace("{python}", sys.executable))  # a JSON string is a TOML basic string
+        return json.dumps(v)  # numbers, true/false
+
+    lines = ["[collector]", "", "[approval]", *(f"{k} = {value(v)}" for k, v in table.items())]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _start_processes(run: FleetRun, root: Path, heartbeat_interval: float, config: Path | None) -> None:
     run.processes.extend(
-        start_collectors(run.sim, root, poll_interval=run.poll_interval, heartbeat_interval=heartbeat_interval)
+        start_collectors(
+            run.sim, root, poll_interval=run.poll_interval, heartbeat_interval=heartbeat_interval, config=config
+        )
     )
 
 

@@ -79,9 +79,16 @@ class CollectorProcess:
 
 
 def collector_process(
-    vm: str, imds_url: str, state_dir: Path, *, poll_interval: float, heartbeat_interval: float
+    vm: str,
+    imds_url: str,
+    state_dir: Path,
+    *,
+    poll_interval: float,
+    heartbeat_interval: float,
+    config: Path | None = None,
 ) -> CollectorProcess:
-    """A collector for ``vm`` with its own state dir and boot id file (not started)."""
+    """A collector for ``vm`` with its own state dir and boot id file (not started); ``config``: its TOML file
+    (the demo's holds the ``[approval]`` policy)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
@@ -106,6 +113,7 @@ def collector_process(
         "30",  # dozens of processes on two busy cores: an answer may come late without IMDS being wrong
         "--log-level",
         "warning",
+        *(["--config", str(config)] if config is not None else []),
     ]
     proc = CollectorProcess(vm, argv, state_dir)
     if not (state_dir / BOOT_ID_FILE).exists():
@@ -114,7 +122,7 @@ def collector_process(
 
 
 def start_collectors(
-    sim: SimServer, root: Path, *, poll_interval: float, heartbeat_interval: float
+    sim: SimServer, root: Path, *, poll_interval: float, heartbeat_interval: float, config: Path | None = None
 ) -> list[CollectorProcess]:
     """A collector process per VM of ``sim``, each running (its first moment alive stored) when this returns.
 
@@ -124,7 +132,12 @@ def start_collectors(
     processes = []
     for name in sim.vm_names:
         proc = collector_process(
-            name, sim.vm_base_url(name), root / name, poll_interval=poll_interval, heartbeat_interval=heartbeat_interval
+            name,
+            sim.vm_base_url(name),
+            root / name,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            config=config,
         )
         proc.start()
         processes.append(proc)

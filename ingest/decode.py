@@ -29,6 +29,7 @@ import orjson
 
 from ingest.errors import InvalidRecord
 from ingest.rules import (
+    APPROVAL_RULES,
     COMMON_RULES,
     HEARTBEAT_RULES,
     IMPACT_RULES,
@@ -311,6 +312,9 @@ _H_VM, _H_OBSERVED, _H_KEY, _H_ID = _index(HEARTBEAT_RULES, "vm_id", "observed_a
 _I_VM, _I_DETECTED, _I_BEGAN, _I_KEY, _I_ID = _index(
     IMPACT_RULES, "vm_id", "detected_by", "began_at", "impact_id", "record_id"
 )
+_A_VM, _A_EVENT, _A_DECISION, _A_KEY, _A_ID = _index(
+    APPROVAL_RULES, "vm_id", "event_id", "decision", "approval_id", "record_id"
+)
 
 
 def _check_transition_key(values: tuple[Any, ...]) -> None:
@@ -339,16 +343,27 @@ def _check_impact_key(values: tuple[Any, ...]) -> None:
         raise InvalidRecord("bad_key", "impact_id/record_id do not match the record's identity")
 
 
+def _check_approval_key(values: tuple[Any, ...]) -> None:
+    decision = values[_A_DECISION]
+    if decision not in records.DECISIONS:
+        raise InvalidRecord("bad_value", f"unknown decision {decision!r}")
+    expected = records.approval_id(values[_A_VM], values[_A_EVENT], decision)
+    if values[_A_KEY] != expected or values[_A_ID] != expected:
+        raise InvalidRecord("bad_key", "approval_id/record_id do not match the record's identity")
+
+
 _KEY_CHECKS: Final = {
     records.RECORD_TRANSITION: _check_transition_key,
     records.RECORD_HEARTBEAT: _check_heartbeat_key,
     records.RECORD_IMPACT: _check_impact_key,
+    records.RECORD_APPROVAL: _check_approval_key,
 }
 _TRANSITION: Final = _Plan.of(records.RECORD_TRANSITION, _check_transition_key)
 _HEARTBEAT: Final = _Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
 _IMPACT: Final = _Plan.of(records.RECORD_IMPACT, _check_impact_key)
-_PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT)}
-_FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT)  # the one the throughput goal is about first
+_APPROVAL: Final = _Plan.of(records.RECORD_APPROVAL, _check_approval_key)
+_PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)}
+_FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)  # the one the throughput goal is about first
 
 
 def decoder_for(

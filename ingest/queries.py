@@ -347,6 +347,21 @@ ORDER BY began_at, vm_name
     {"since": "DateTime64", "until": "DateTime64"},
 )
 
+APPROVALS = Query(
+    "approvals",
+    "Decisions of the collectors' approval policies in a window: who approved each event, through which rule, "
+    "how long the hook took and how much notice the approval saved",
+    """
+SELECT decided_at, event_id, event_type, vm_name, decision, rule, approver, hook_exit, hook_s, http_status,
+       if(decision = 'approved' AND not_before IS NOT NULL AND not_before > decided_at,
+          dateDiff('millisecond', decided_at, not_before) / 1000, NULL) AS notice_saved_s
+FROM approvals FINAL
+WHERE decided_at >= {since:DateTime64(3, 'UTC')} AND decided_at < {until:DateTime64(3, 'UTC')}
+ORDER BY decided_at, vm_name
+""",
+    {"since": "DateTime64", "until": "DateTime64"},
+)
+
 COUNTS = Query(
     "counts",
     "Rows per table after deduplication",
@@ -357,7 +372,8 @@ SELECT
     (SELECT count() FROM heartbeats FINAL) AS heartbeats,
     (SELECT count() FROM heartbeats_latest FINAL) AS vms_with_heartbeat,
     (SELECT count() FROM dead_letters FINAL) AS dead_letters,
-    (SELECT count() FROM impacts FINAL) AS impacts
+    (SELECT count() FROM impacts FINAL) AS impacts,
+    (SELECT count() FROM approvals FINAL) AS approvals
 """,
 )
 
@@ -371,6 +387,7 @@ ALL: tuple[Query, ...] = (
     EVENTS_IN_WINDOW,
     FAULT_DOMAIN_SUMMARY,
     DOWNTIME,
+    APPROVALS,
     COUNTS,
 )
 

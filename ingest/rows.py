@@ -14,6 +14,7 @@ from sevents import contract
 TRANSITION_COLUMNS: Final = (*contract.names(contract.TRANSITION), "source_position")
 HEARTBEAT_COLUMNS: Final = (*contract.names(contract.HEARTBEAT), "source_position")
 IMPACT_COLUMNS: Final = (*contract.names(contract.IMPACT), "source_position")
+APPROVAL_COLUMNS: Final = (*contract.names(contract.APPROVAL), "source_position")
 DEAD_LETTER_COLUMNS: Final = (
     "dead_letter_id",
     "received_at",
@@ -25,8 +26,18 @@ DEAD_LETTER_COLUMNS: Final = (
     "properties",
 )
 TABLE_OF: Final = dict(contract.TABLES)
-COLUMNS_OF: Final = {"transitions": TRANSITION_COLUMNS, "heartbeats": HEARTBEAT_COLUMNS, "impacts": IMPACT_COLUMNS}
-KEY_OF: Final = {"transitions": "transition_id", "heartbeats": "heartbeat_id", "impacts": "impact_id"}
+COLUMNS_OF: Final = {
+    "transitions": TRANSITION_COLUMNS,
+    "heartbeats": HEARTBEAT_COLUMNS,
+    "impacts": IMPACT_COLUMNS,
+    "approvals": APPROVAL_COLUMNS,
+}
+KEY_OF: Final = {
+    "transitions": "transition_id",
+    "heartbeats": "heartbeat_id",
+    "impacts": "impact_id",
+    "approvals": "approval_id",
+}
 
 
 @dataclass

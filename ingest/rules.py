@@ -17,6 +17,7 @@ from sevents import contract, records
 from sevents.contract import INT64, TIME_YEARS, UINT16, UINT32, UINT64, Limits
 
 __all__ = [
+    "APPROVAL_RULES",
     "COMMON_RULES",
     "HEARTBEAT_RULES",
     "IMPACT_RULES",
@@ -39,11 +40,13 @@ COMMON_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.COMMON}
 TRANSITION_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.TRANSITION}
 HEARTBEAT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.HEARTBEAT}
 IMPACT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.IMPACT}
+APPROVAL_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.APPROVAL}
 
 RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
     records.RECORD_TRANSITION: TRANSITION_RULES,
     records.RECORD_HEARTBEAT: HEARTBEAT_RULES,
     records.RECORD_IMPACT: IMPACT_RULES,
+    records.RECORD_APPROVAL: APPROVAL_RULES,
 }
 
 

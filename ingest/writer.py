@@ -70,7 +70,7 @@ class Writer:
         try:
             if batch.dead_letters:
                 self._insert_verified("dead_letters", batch.dead_letters, DEAD_LETTER_COLUMNS, 0, verify)
-            for table in ("heartbeats", "impacts", "transitions"):
+            for table in ("heartbeats", "impacts", "approvals", "transitions"):
                 rows = batch.rows[table]
                 if rows:
                     key = COLUMNS_OF[table].index(KEY_OF[table])

@@ -37,18 +37,27 @@ def env_name(prefix: str, field: str) -> str:
     return f"{prefix}{field.upper()}"
 
 
-def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], list[str]]:
-    """The ``[section]`` table of a TOML file (or the top level when it has no such table)."""
+def read_toml_document(path: Path | None) -> tuple[dict[str, Any], list[str]]:
+    """The whole TOML document of ``path`` (empty when None), and the problem reading it."""
     if path is None:
         return {}, []
     try:
         with path.open("rb") as handle:
-            document = tomllib.load(handle)
+            return tomllib.load(handle), []
     except FileNotFoundError:
         return {}, [f"config file {path} does not exist"]
     except (OSError, tomllib.TOMLDecodeError) as error:
         return {}, [f"config file {path} cannot be read: {error}"]
-    table = document.get(section, document)
+
+
+def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], list[str]]:
+    """The ``[section]`` table of a TOML file (or the top level when it has no such table)."""
+    document, problems = read_toml_document(path)
+    if problems or path is None:
+        return {}, problems
+    # A file without the table is read at its top level, where the other programs' tables ([approval], [ingest])
+    # are not settings of this one: no setting is a table.
+    table = document[section] if section in document else {k: v for k, v in document.items() if not isinstance(v, dict)}
     if not isinstance(table, dict):
         return {}, [f"config file {path}: [{section}] is not a table"]
     return table, []

@@ -26,6 +26,7 @@ SCHEMA_VERSION: Final = 1
 RECORD_TRANSITION: Final = "transition"
 RECORD_HEARTBEAT: Final = "heartbeat"
 RECORD_IMPACT: Final = "impact"
+RECORD_APPROVAL: Final = "approval"
 
 INT64: Final = (-(2**63), 2**63 - 1)
 UINT64: Final = (0, 2**64 - 1)
@@ -101,7 +102,7 @@ VM: Final = (
 COMMON: Final = (
     Field("schema_version", "int", "UInt16", bounds=UINT16, key=True),
     _text("record_type", column=_LC, key=True),
-    _text("record_id", "the record's own key: transition_id, heartbeat_id or impact_id", key=True),
+    _text("record_id", "the record's own key: transition_id, heartbeat_id, impact_id or approval_id", key=True),
     Field("seq", "int", "UInt64", bounds=UINT64, doc="per-VM monotonic sequence number, assigned by the outbox"),
     Field("observed_at", "time", _TIME, key=True),
     _text("api_version", "Scheduled Events api-version used for the poll", column=_LC),
@@ -158,12 +159,41 @@ IMPACT: Final = (
     _text("event_type", '"" when no event announced it', column=_LC),
 )
 
+# A decision of the collector's approval policy (collector/approver.py) about one event: approved through IMDS,
+# left to the approving VM, refused by its hook, not covered by the policy, or the post-event hook's run.
+APPROVAL: Final = (
+    *COMMON,
+    _text("approval_id", key=True),
+    _text("event_id", key=True),
+    _text(
+        "decision",
+        "approved | approve_failed | left_to_approver | hook_failed | hook_timeout | hook_interrupted | "
+        "not_covered | post_hook",
+        column=_LC,
+        key=True,
+    ),
+    _text("rule", "the policy rule that decided: first-in-resources, self, or the rule the event failed", column=_LC),
+    _text("approver", 'the VM that approves the event under the policy; "" when nobody will', column=_LC),
+    _text("event_type", column=_LC),
+    Field("not_before", "time", f"Nullable({_TIME})", nullable=True, doc="NotBefore when decided"),
+    Field("hook_exit", "int", "Nullable(Int64)", nullable=True, doc="the hook's exit code; -9 killed; null: no hook"),
+    Field("hook_ms", "int", "Nullable(UInt64)", nullable=True, bounds=UINT64, doc="how long the hook ran"),
+    Field("http_status", "int", "Nullable(UInt16)", nullable=True, bounds=UINT16, doc="the approval POST's status"),
+    Field("decided_at", "time", _TIME, doc="when the decision was final (after the hook and the POST)"),
+)
+
 CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {
     RECORD_TRANSITION: TRANSITION,
     RECORD_HEARTBEAT: HEARTBEAT,
     RECORD_IMPACT: IMPACT,
+    RECORD_APPROVAL: APPROVAL,
 }
-TABLES: Final = {RECORD_TRANSITION: "transitions", RECORD_HEARTBEAT: "heartbeats", RECORD_IMPACT: "impacts"}
+TABLES: Final = {
+    RECORD_TRANSITION: "transitions",
+    RECORD_HEARTBEAT: "heartbeats",
+    RECORD_IMPACT: "impacts",
+    RECORD_APPROVAL: "approvals",
+}
 
 
 def names(fields: tuple[Field, ...]) -> tuple[str, ...]:

@@ -24,7 +24,28 @@ CONTENT_TYPE: Final = "application/json"
 RECORD_TRANSITION: Final = contract.RECORD_TRANSITION
 RECORD_HEARTBEAT: Final = contract.RECORD_HEARTBEAT
 RECORD_IMPACT: Final = contract.RECORD_IMPACT
-RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT, RECORD_IMPACT)
+RECORD_APPROVAL: Final = contract.RECORD_APPROVAL
+RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT, RECORD_IMPACT, RECORD_APPROVAL)
+
+# What the approval policy decided about one event (collector/approver.py).
+DECISION_APPROVED: Final = "approved"
+DECISION_APPROVE_FAILED: Final = "approve_failed"
+DECISION_LEFT_TO_APPROVER: Final = "left_to_approver"
+DECISION_HOOK_FAILED: Final = "hook_failed"
+DECISION_HOOK_TIMEOUT: Final = "hook_timeout"
+DECISION_HOOK_INTERRUPTED: Final = "hook_interrupted"  # the collector stopped while the hook ran; the event went on
+DECISION_NOT_COVERED: Final = "not_covered"
+DECISION_POST_HOOK: Final = "post_hook"
+DECISIONS: Final = (
+    DECISION_APPROVED,
+    DECISION_APPROVE_FAILED,
+    DECISION_LEFT_TO_APPROVER,
+    DECISION_HOOK_FAILED,
+    DECISION_HOOK_TIMEOUT,
+    DECISION_HOOK_INTERRUPTED,
+    DECISION_NOT_COVERED,
+    DECISION_POST_HOOK,
+)
 
 # How the collector noticed its VM was down (collector/downtime.py).
 DETECTED_PAUSE: Final = "pause"
@@ -48,6 +69,7 @@ COMMON_FIELDS: Final = contract.names(contract.COMMON)
 TRANSITION_FIELDS: Final = contract.names(contract.TRANSITION)
 HEARTBEAT_FIELDS: Final = contract.names(contract.HEARTBEAT)
 IMPACT_FIELDS: Final = contract.names(contract.IMPACT)
+APPROVAL_FIELDS: Final = contract.names(contract.APPROVAL)
 
 
 def transition_id(vm_id: str, event_id: str, incarnation: int, kind: str) -> str:
@@ -76,6 +98,11 @@ def record_id_of(payload: bytes) -> str:
     except (ValueError, AttributeError):
         return ""
     return record_id if isinstance(record_id, str) else ""
+
+
+def approval_id(vm_id: str, event_id: str, decision: str) -> str:
+    """The deterministic dedupe key of an approval decision: its VM, its event and what was decided."""
+    return _digest("a", vm_id, event_id, decision)
 
 
 def _digest(*parts: str) -> str:

@@ -246,6 +246,7 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         faults=tuple(faults),
         resets=tuple(resets),
         pauses=tuple(pauses),
+        collector_approval=root.get("collector_approval", dict, None),
     )
     root.finish()
     problems.extend(cross_check(scenario, set(by_name)))

@@ -7,8 +7,9 @@ Azure's real timing; the speed factor compresses them into wall time. See docs i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 GROUP_KINDS: Final = ("availability-set", "scale-set", "standalone")
@@ -144,3 +145,6 @@ class Scenario:
     faults: tuple[FaultSpec, ...]
     resets: tuple[ResetSpec, ...]
     pauses: tuple[PauseSpec, ...] = ()
+    # The [approval] table the scenario's collectors run with (``[collector_approval]``; "{python}" in a hook's
+    # argv is the running interpreter). The simulator does nothing with it: demo.fleetrun hands it to the collectors.
+    collector_approval: Mapping[str, Any] | None = None

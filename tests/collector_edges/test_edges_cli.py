@@ -157,6 +157,28 @@ def test_bad_config_lists_every_problem(tmp_path: Path) -> None:
         assert name in err
 
 
+def test_a_bad_approval_policy_refuses_to_start(tmp_path: Path) -> None:
+    """A mistaken [approval] table is a configuration error at start (exit 2, each problem named), never a silent
+    approve-all nor a collector that quietly approves nothing."""
+    config = tmp_path / "collector.toml"
+    config.write_text(
+        '[collector]\nsink = "local"\n\n[approval]\nevent_types = ["Rebot"]\npre_hook = "drain --now"\n'
+        'approver = "everyone"\n'
+    )
+    result = subprocess.run(
+        [COLLECTOR, "once", "--config", str(config), "--state-dir", str(tmp_path / "state")],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    for word in ("Rebot", "pre_hook", "approver"):
+        assert word in err
+    assert not (tmp_path / "state").exists()  # refused before anything was opened
+
+
 def test_status_reports_the_outbox(imds: FakeImds, tmp_path: Path) -> None:
     """`status` prints depth, last seq, drops, the last document and the last moment alive of a state dir as JSON,
     and writes nothing there (it used to open the outbox read-write, creating its WAL files)."""

@@ -308,3 +308,27 @@ def test_out_that_cannot_be_written_exits_1(seeded: Seeded, tmp_path: Path, caps
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert f"cannot write --out {out}" in err and "Traceback" not in err
+
+
+def test_the_report_names_who_approved_each_event() -> None:
+    """An approval sevents made shows its VM, rule, hook and notice saved; another early start is 'outside sevents'."""
+    data = _data()
+    data.events.append(_event("CCCC-3", "Reboot"))
+    approval = {
+        "event_id": "AAAA-1",
+        "event_type": "Reboot",
+        "vm_name": "vm-0",
+        "decision": "approved",
+        "rule": "first-in-resources",
+        "hook_exit": 0,
+        "hook_s": 2.5,
+        "http_status": 200,
+        "notice_saved_s": 897.5,
+    }
+    left = {**approval, "vm_name": "vm-3", "decision": "left_to_approver", "http_status": None}
+    chosen = select(ReportData(data.filters, data.events, data.lanes, data.unannounced, [approval, left]))
+    assert chosen.approvals == [approval]  # decisions other than approved are the dashboard's, not the report's
+    html = render(chosen, generated_at=T0)
+    table = html[html.index('<table id="approvals">') :]
+    assert "vm-0" in table and "first-in-resources" in table and "897.5" in table and "2.5" in table
+    assert "sevents: vm-0" in html and "outside sevents" in html

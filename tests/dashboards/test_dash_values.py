@@ -111,7 +111,7 @@ def test_drill_down_one_event(seeded: Seeded, everything: dict[str, Selection]) 
 
 def _released_by(t: dict[str, Any]) -> str:
     if t["approved_at"] is not None:
-        return "approval (StartRequests)"
+        return "approved outside sevents"  # the seeded fleet's approvals are scripted in the simulator
     if t["started_at"] is not None:
         return "platform (NotBefore reached)"
     return "cancelled" if t["outcome"] == "cancelled" else "pending"

@@ -108,7 +108,7 @@ def test_every_query_runs_on_an_empty_schema(ch: Any, db: str) -> None:
     values: dict[str, Any] = {"String": "x", "DateTime64": BASE, "Array(String)": ["Reboot"], "UInt32": 60}
     for query in queries.ALL:
         result = queries.run(ch, query, db, **{name: values[kind] for name, kind in query.params.items()})
-        assert result.rows == ([(0, 0, 0, 0, 0, 0)] if query is queries.COUNTS else [])
+        assert result.rows == ([(0, 0, 0, 0, 0, 0, 0)] if query is queries.COUNTS else [])
 
 
 def test_output_formats_table_json_csv() -> None:

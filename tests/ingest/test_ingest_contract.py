@@ -27,7 +27,7 @@ from .conftest import deliveries, scalar
 SCHEMA_FILE = Path(contract.__file__).with_name("contract.schema.json")
 INGEST_OWN = {"source_position": "String", "ingested_at": "DateTime64(3, 'UTC')"}
 # columns ClickHouse computes from the record's own (DEFAULT expressions), for the readers' convenience
-DERIVED = {"impacts": {"duration_s": "Float64"}}
+DERIVED = {"impacts": {"duration_s": "Float64"}, "approvals": {"hook_s": "Nullable(Float64)"}}
 
 
 def test_migrated_tables_have_exactly_the_declared_columns(ch: Any, db: str) -> None:

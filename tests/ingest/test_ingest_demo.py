@@ -42,6 +42,16 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
     # downtime the collectors measured on their VMs: per event the longest and how many VMs, and the unannounced pause
     assert "Unannounced pause of web-7: 3.0 s; measured 3." in out
     assert "135 of 135 values match the ground truth" in out
+    # the api tier's Reboot is approved by the collectors' policy: its first VM in Resources, after the drain hook
+    decisions = out[out.index("Approval policy decisions") :]
+    approved = [line for line in decisions.splitlines() if " approved " in f" {line} "]
+    assert len(approved) == 1, decisions
+    # HTTP 200, or none when the VM rebooted before its collector heard the answer (recorded at its restart)
+    assert "reboot" in approved[0] and "first-in-resources" in approved[0]
+    # the other VMs of the fault domain ran their own drain: finished (left to the first VM), or cut short by the
+    # reboot the first VM's approval released (their collectors record that at their restart)
+    others = [line for line in decisions.splitlines() if line.startswith("reboot ") and " approved " not in line]
+    assert len(others) == 3 and all("left_to_approver" in o or "hook_interrupted" in o for o in others), decisions
     assert (tmp_path / "demo" / "report.html").is_file()
     assert (tmp_path / "demo" / "clickhouse").is_dir()
 

@@ -38,11 +38,11 @@ def check_live_migration(s: SimServer, rows: list[dict[str, Any]]) -> None:
     assert r["approved_by"] == "web-0" and secs(s, r["approved_at"] - r["first_visible_at"]) == pytest.approx(60)
 
 
-def check_unapproved(event_type: str) -> Callable[[SimServer, list[dict[str, Any]]], None]:
+def check_unapproved(event_type: str, notice: float = 900) -> Callable[[SimServer, list[dict[str, Any]]], None]:
     def check(s: SimServer, rows: list[dict[str, Any]]) -> None:
         for r in rows:
             assert r["event_type"] == event_type and r["approved_at"] is None
-            assert secs(s, r["started_at"] - r["first_visible_at"]) == pytest.approx(900)
+            assert secs(s, r["started_at"] - r["first_visible_at"]) == pytest.approx(notice)
 
     return check
 
@@ -144,6 +144,19 @@ def check_downtime(s: SimServer, rows: list[dict[str, Any]]) -> None:
     assert labels["freeze"][0]["duration_s"] == 4  # a Freeze is down for what it announces
 
 
+def check_shared_host(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """One VM's approval of an "each" event is recorded but releases nothing: the event waits for NotBefore."""
+    assert sorted(r["vm_name"] for r in rows) == ["host-0", "host-1", "host-2"]
+    for r in rows:
+        assert r["resources"] == ["host-0", "host-1", "host-2"] and r["approved_at"] is None
+        assert secs(s, r["started_at"] - r["first_visible_at"]) == pytest.approx(900)
+    assert {r["vm_name"]: r["vm_approved_at"] is not None for r in rows} == {
+        "host-0": True,
+        "host-1": False,
+        "host-2": False,
+    }
+
+
 CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "live-migration": check_live_migration,
     "platform-reboot": check_unapproved("Reboot"),
@@ -162,6 +175,11 @@ CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "incarnation-reset": check_reset,
     "demo": check_demo,
     "vm-downtime": check_downtime,
+    "approve-drain": check_unapproved("Reboot"),  # no collectors here: nobody approves, it starts at NotBefore
+    "shared-host": check_shared_host,
+    # their collectors' hooks fail or hang (tests/collector_edges/test_edges_approval.py): the same as no collectors
+    "approve-hook-fails": check_unapproved("Reboot", 120),
+    "approve-hook-hangs": check_unapproved("Reboot", 120),
 }
 
 

@@ -1,0 +1,165 @@
+"""The approval policy, pure: which events this VM may approve, who approves, and the ``[approval]`` table.
+
+Theory of operation. Nothing is ever approved unless the policy is on and covers the event; the rules are
+checked in the order of ``RULES`` below and the first that fails names the decision's ``rule``. An event
+that passes them all is *covered*: this VM runs its pre-approval hook (each VM drains itself), and then the
+approver sends the approval: with ``approver = "first-in-resources"`` (the documented leader election) only
+the VM named first in Resources, with ``"self"`` every affected VM (hosts where each VM must approve for
+itself, the simulator's ``approval = "each"``). ``decide`` imports no I/O; ``collector.approver`` acts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from collector.model import Event
+
+SECTION: Final = "approval"
+APPROVERS: Final = ("first-in-resources", "self")
+SOURCES: Final = ("Platform", "User")
+# The event types an approval can shorten (Scheduled Events docs); Terminate and Preempt have their own notice.
+APPROVABLE_TYPES: Final = ("Reboot", "Redeploy", "Freeze", "Preempt", "Terminate")
+
+# The rules, in the order they are checked; the first that fails is the decision's rule.
+RULES: Final = (
+    "scheduled",  # only a Scheduled event can be approved (Started: too late; anything else: not ours)
+    "in_resources",  # only when this VM is in Resources
+    "event_type",  # the type is in event_types
+    "source",  # EventSource is in sources (an absent EventSource, api-versions before 2020-07-01, passes)
+    "duration",  # DurationInSeconds is known and at most max_duration_s (unset: any)
+)
+
+ACT: Final = "act"  # covered and this VM is the approver: run the pre-hook, then approve
+DRAIN_ONLY: Final = "drain_only"  # covered, another VM approves: run the pre-hook only
+SKIP: Final = "skip"  # not covered: nothing runs, nothing is approved
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """The ``[approval]`` table; the default (no table) approves nothing."""
+
+    enabled: bool = False
+    event_types: tuple[str, ...] = ()
+    sources: tuple[str, ...] = SOURCES
+    max_duration_s: int | None = None
+    pre_hook: tuple[str, ...] = ()
+    post_hook: tuple[str, ...] = ()
+    hook_timeout_s: float = 300.0
+    approver: str = "first-in-resources"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do about one event: ``action`` (ACT, DRAIN_ONLY, SKIP), the rule that decided, and who approves."""
+
+    action: str
+    rule: str
+    approver: str  # the VM expected to approve ("" when nobody will)
+
+
+def decide(policy: ApprovalPolicy, event: Event, vm_name: str) -> Decision:
+    """The decision of VM ``vm_name`` about ``event`` under ``policy``; never ACT for an event not covered."""
+    if not policy.enabled:
+        return Decision(SKIP, "policy_off", "")
+    failed = _first_failed(policy, event, vm_name)
+    if failed:
+        return Decision(SKIP, failed, "")
+    if policy.approver == "self":
+        return Decision(ACT, "self", vm_name)
+    first = event.resources[0]
+    if _same_vm(first, vm_name):
+        return Decision(ACT, "first-in-resources", vm_name)
+    return Decision(DRAIN_ONLY, "first-in-resources", first)
+
+
+def _first_failed(policy: ApprovalPolicy, event: Event, vm_name: str) -> str:
+    if event.status != "Scheduled":
+        return "scheduled"
+    if not any(_same_vm(r, vm_name) for r in event.resources):
+        return "in_resources"
+    if event.event_type not in policy.event_types:
+        return "event_type"
+    if event.event_source is not None and event.event_source not in policy.sources:
+        return "source"
+    limit = policy.max_duration_s
+    if limit is not None and (event.duration_s is None or not 0 <= event.duration_s <= limit):
+        return "duration"  # over the limit, or unknown (-1 or absent) while a limit is set
+    return ""
+
+
+def _same_vm(resource: str, vm_name: str) -> bool:
+    # Azure resource names are case-insensitive.
+    return bool(vm_name) and resource.lower() == vm_name.lower()
+
+
+def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, list[str]]:
+    """The policy an ``[approval]`` table describes, and every problem with it (any problem: nothing approved)."""
+    problems: list[str] = []
+    known = {"enabled", "event_types", "sources", "max_duration_s", "pre_hook", "post_hook", "hook_timeout_s"}
+    known.add("approver")
+    problems += [f"{where}: unknown setting {key!r}" for key in table if key not in known]
+    enabled = table.get("enabled", True)  # writing the table turns the policy on; enabled = false keeps it
+    if type(enabled) is not bool:
+        problems.append(f"{where}: enabled must be true or false, got {enabled!r}")
+    types = _texts(table, "event_types", where, problems)
+    if "event_types" not in table:
+        problems.append(
+            f'{where}: event_types is required (e.g. ["Reboot", "Redeploy"]); nothing is approved by default'
+        )
+    problems += [
+        f"{where}: event_types: {t!r} is not one of {', '.join(APPROVABLE_TYPES)}"
+        for t in types
+        if t not in APPROVABLE_TYPES
+    ]
+    sources = _texts(table, "sources", where, problems) if "sources" in table else SOURCES
+    problems += [f"{where}: sources: {s!r} is not one of {', '.join(SOURCES)}" for s in sources if s not in SOURCES]
+    if "sources" in table and not sources:
+        problems.append(f"{where}: sources must name at least one of {', '.join(SOURCES)}")
+    max_duration = table.get("max_duration_s")
+    if max_duration is not None and (type(max_duration) is not int or max_duration < 0):
+        problems.append(f"{where}: max_duration_s must be a whole number of seconds >= 0, got {max_duration!r}")
+    pre_hook = _argv(table, "pre_hook", where, problems)
+    post_hook = _argv(table, "post_hook", where, problems)
+    timeout = table.get("hook_timeout_s", ApprovalPolicy.hook_timeout_s)
+    if type(timeout) not in (int, float) or not 0 < timeout <= 3600:
+        problems.append(f"{where}: hook_timeout_s must be a number of seconds in (0, 3600], got {timeout!r}")
+    approver = table.get("approver", ApprovalPolicy.approver)
+    if approver not in APPROVERS:
+        problems.append(f"{where}: approver must be one of {', '.join(APPROVERS)}, got {approver!r}")
+    if problems:
+        return ApprovalPolicy(), problems
+    return (
+        ApprovalPolicy(
+            enabled=bool(enabled),
+            event_types=tuple(types),
+            sources=tuple(sources),
+            max_duration_s=max_duration,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            hook_timeout_s=float(timeout),
+            approver=str(approver),
+        ),
+        [],
+    )
+
+
+def _texts(table: Mapping[str, Any], name: str, where: str, problems: list[str]) -> list[str]:
+    value = table.get(name, [])
+    if type(value) is not list or not all(isinstance(v, str) for v in value):
+        problems.append(f"{where}: {name} must be a list of strings, got {value!r}")
+        return []
+    return list(value)
+
+
+def _argv(table: Mapping[str, Any], name: str, where: str, problems: list[str]) -> tuple[str, ...]:
+    """A hook is an argv list, run without a shell: a plain string would be split by nobody, so it is refused."""
+    if name not in table:
+        return ()
+    argv = _texts(table, name, where, problems)
+    if name in table and not argv and not any(p.startswith(f"{where}: {name}") for p in problems):
+        problems.append(f'{where}: {name} must name a program (an argv list such as ["/usr/local/bin/drain"])')
+    if any(not a or "\x00" in a for a in argv):
+        problems.append(f"{where}: {name} has an empty or NUL-containing argument")
+    return tuple(argv)
