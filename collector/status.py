@@ -16,8 +16,7 @@ from typing import Any, Optional
 
 from collector.liveness import load_alive
 from collector.model import Snapshot
-
-OUTBOX_FILE = "outbox.sqlite"
+from collector.settings import OUTBOX_FILE
 
 
 class StatusError(Exception):
@@ -54,6 +53,18 @@ def read_status(state_dir: Path, now: datetime) -> dict[str, Any]:
         "last_alive_age_s": None if alive is None else round((now - alive.at).total_seconds(), 3),
         "boot_id": None if alive is None else alive.boot_id,
     }
+
+
+def depth(state_dir: Path) -> int:
+    """Records waiting in the state directory's outbox, read without writing (0 while there is none yet)."""
+    path = state_dir / OUTBOX_FILE
+    if not path.is_file():
+        return 0
+    try:
+        with _read_only(path) as db:
+            return int(db.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+    except sqlite3.Error:
+        return 0  # being created
 
 
 @contextlib.contextmanager

@@ -9,12 +9,10 @@ simulated VMs' real downtime is done to (``demo.processes``): paused, or killed 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import shutil
-import sqlite3
 import sys
 import threading
 import time
@@ -25,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.agent import Agent
-from collector.settings import OUTBOX_FILE, CollectorSettings, load_approval
+from collector.settings import CollectorSettings, load_approval
+from collector.status import depth
 from collector.wiring import build_agent
 from demo.processes import CollectorProcess, Downtimes, start_collectors
 from ingest.clickhouse import _locked
@@ -66,7 +65,7 @@ class FleetRun:
 
     def backlog(self) -> int:
         """Records waiting in the collectors' outboxes."""
-        return sum(agent.outbox.depth() for agent in self.agents) + sum(map(_depth, self.processes))
+        return sum(agent.outbox.depth() for agent in self.agents) + sum(depth(p.state_dir) for p in self.processes)
 
     @property
     def collectors(self) -> int:
@@ -229,18 +228,6 @@ def _follow_downtime(run: FleetRun) -> None:
     run.downtimes = Downtimes(run.sim, {p.vm: p for p in run.processes})
     downtimes = run.downtimes
     run.threads.append(_thread(run, lambda: downtimes.run(run.collectors_stop), "downtimes"))
-
-
-def _depth(proc: CollectorProcess) -> int:
-    """Records waiting in a collector process's outbox (read only: the collector owns it)."""
-    path = proc.state_dir / OUTBOX_FILE
-    if not path.exists():
-        return 0
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)) as db:
-            return int(db.execute("SELECT COUNT(*) FROM records").fetchone()[0])
-    except sqlite3.Error:
-        return 0  # not created yet
 
 
 def _thread(run: FleetRun, target: Any, name: str) -> threading.Thread:
