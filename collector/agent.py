@@ -46,7 +46,7 @@ from collector.ship import Shipper, Sink
 from collector.transitions import diff
 from collector.versions import align, stamp
 from collector.webhook import Webhook
-from sevents.tracing import record_context
+from sevents.tracing import record_context, tracing
 
 log = logging.getLogger(__name__)
 # No-op unless an OTLP endpoint installed a provider (sevents.telemetry.install_tracer_provider).
@@ -91,6 +91,8 @@ class Parts:
 def _trace_commits(batch: Sequence[Mapping[str, Any]], seqs: Sequence[int], began_ns: int) -> None:
     """One span per committed record, in the record's own trace (its id is the trace id, see sevents.tracing), so
     that the commit on the VM, the shipping and the insert into ClickHouse of one transition line up."""
+    if not tracing():
+        return
     poll = trace.get_current_span().get_span_context()
     for record, seq in zip(batch, seqs):
         context = record_context(str(record.get("record_id", "")), seq)

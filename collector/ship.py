@@ -27,7 +27,7 @@ from collector.outbox import Outbox, OutboxRow
 from collector.sink import Sink, SinkError
 from sevents.records import record_id_of
 from sevents.retry import Backoff, RetryInterrupted, retry
-from sevents.tracing import record_links
+from sevents.tracing import record_links, tracing
 
 if TYPE_CHECKING:
     from collector.settings import CollectorSettings
@@ -137,7 +137,7 @@ class Shipper:
 
     def _send(self, rows: Sequence[OutboxRow]) -> None:
         """Send one batch and remove it from the outbox; SinkError (counted, logged) if the sink refused it."""
-        links = record_links((record_id_of(row.payload), row.seq) for row in rows)
+        links = record_links((record_id_of(row.payload), row.seq) for row in rows) if tracing() else []
         try:
             with tracer.start_as_current_span("sevents.collector.ship", links=links) as span:
                 span.set_attribute("sevents.records", len(rows))

@@ -23,7 +23,7 @@ from ingest.rows import TABLE_OF, Batch, column
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.retry import Backoff
-from sevents.tracing import record_links
+from sevents.tracing import record_links, tracing
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("sevents.ingest")  # no-op unless an OTLP endpoint installed a provider
@@ -95,7 +95,9 @@ class Handler:
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
         # linked to the trace of each record (its record_id and seq: sevents.tracing), up to the SDK's link limit
-        with tracer.start_as_current_span("sevents.ingest.insert", links=record_links(_keys(batch))) as span:
+        with tracer.start_as_current_span(
+            "sevents.ingest.insert", links=record_links(_keys(batch)) if tracing() else []
+        ) as span:
             span.set_attribute("sevents.records", batch.records())
             span.set_attribute("sevents.dead_letters", len(batch.dead_letters))
             self._store_isolating(batch, rejected)

@@ -47,6 +47,11 @@ def parse_traceparent(value: str | bytes | None) -> SpanContext | None:
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 0x01))
 
 
+def tracing() -> bool:
+    """Whether spans leave the process (a provider was installed): else building links is wasted work."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def record_context(record_id: str, seq: int) -> Context | None:
     """A context whose parent is the record's ``traceparent``: a span started in it joins the record's trace."""
     parent = parse_traceparent(traceparent_for(record_id, seq))
