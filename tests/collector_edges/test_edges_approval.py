@@ -183,6 +183,8 @@ def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -
     with SimServer(load_scenario("shared-host"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         fact = _affected(sim)[0]
+        # IMDS answers the approval before the collector commits its record of it: wait for the records too.
+        _wait(lambda: all(_decisions(agents[name]) for name in fact["resources"]))
         approvals = sim.approvals()
         records = {name: _decisions(agents[name]) for name in fact["resources"]}
     assert sorted(vm for _, vm, _, how in approvals if how == "http") == sorted(fact["resources"])
