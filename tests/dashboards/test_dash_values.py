@@ -284,3 +284,21 @@ def test_state_timeline_carries_in_events_under_way(seeded: Seeded, everything: 
         assert states[0] == (start, 2) and states[-1][1] == 0
     pending = [t for t in seeded.truth if t["label"] in PENDING and t["affected"]]
     assert all(lanes[f"{seeded.fd_label(t)} / {t['vm_name']} / {t['event_id'][:8]}"] == [(start, 1)] for t in pending)
+
+
+def test_a_range_after_the_last_transition_shows_exactly_the_events_still_open(
+    seeded: Seeded, everything: dict[str, Selection]
+) -> None:
+    """An event last seen before the range overlaps it only while it is still open: the pending ones, each once,
+    and none of the events that ended (their rollup rows are read, then dropped by the range)."""
+    start = seeded.finished + timedelta(minutes=1)
+    frame = run(
+        seeded.client,
+        panel("sevents-timeline", "Events").sql,
+        everything,
+        context(start, start + timedelta(minutes=10)),
+    )
+    pending = {t["event_id"] for t in seeded.truth if t["label"] in PENDING}
+    rows = frame.dicts()
+    assert sorted(r["event_id"] for r in rows) == sorted(pending)
+    assert {r["outcome"] for r in rows} == {"active"} and all(r["ended_at"] is None for r in rows)
