@@ -28,7 +28,8 @@ RELEASED_BY = (
     "'platform (NotBefore reached)', outcome = 'cancelled', 'cancelled', 'pending')"
 )
 DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f.vm_filter()}"
-EVENTS = f.since(f.OVERLAPPING_IDS)
+# the lifecycle of each event is all these panels show: no sets, Resources or observed impact to pay for
+EVENTS = f.since(f.OVERLAPPING_IDS, "event_lifecycles")
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 
 

@@ -132,6 +132,10 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
         assert _rows(ch, from_first_day) == expected, "read from the events' first day on, nothing is missed"
         unhit = f"SELECT countIf(observed_impact_s IS NOT NULL) FROM {rollup_db}.{view}"
         assert _rows(ch, unhit) == [(0,)]
+    # event_lifecycles_since (0011) is events without Resources: the same values, column for column
+    lifecycles = f"SELECT * FROM {rollup_db}.event_lifecycles_since(since_day = {first_day})"
+    without_resources = f"SELECT * EXCEPT (affected_vms, affected_vm_count) FROM {rollup_db}.ref_events"
+    assert _rows(ch, lifecycles) == _rows(ch, without_resources)
     active = {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.ref_events WHERE outcome = 'active'")}
     assert {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events")} == active
 
