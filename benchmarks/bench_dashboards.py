@@ -7,6 +7,11 @@ domains 0-4 inside each set. Events at a constant rate over the year ending now,
 set with a full lifecycle per VM (appeared Scheduled with a NotBefore, Started, gone): one in 20 a Reboot, one
 in 50 a Redeploy, the rest Freeze. The last few events are still under way, so alert rules have rows. Plus
 heartbeats: one per VM per hour for the last seven days (what raw heartbeats keep), one per VM per day before.
+Plus what collectors with an approval policy for Reboot and Redeploy and downtime measurement send: each VM of
+an ended event measured its downtime (``impacts``: a Freeze's pause, a reboot's minutes; one unannounced pause
+in every 100 events) and recorded its policy's decision (``approvals``: the first VM approves a Reboot or
+Redeploy, which then starts 10 minutes before its NotBefore, the others leave it to it; a Freeze is not
+covered).
 
 Everything goes into the tables of record (`transitions`, `heartbeats`) with ordinary INSERTs that ClickHouse
 itself generates (``INSERT ... SELECT ... FROM numbers()``), so the rollups follow as they would in production.
@@ -104,12 +109,94 @@ FROM
         -- the last events were announced in the last half hour, so some are Scheduled and some Started now
         if(e >= {tail}, {_ts(fleet.now)} - toIntervalMinute(({fleet.events} - e) * 6),
            {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events}))) AS t0,
-        -- appeared, Started 15 minutes later, gone 10 minutes after that; the VMs of a set a few ms apart
-        t0 + toIntervalMillisecond(vi * 7 + [0, 900000, 1500000][k + 1]) AS obs,
+        -- appeared, Started 15 minutes later (at NotBefore; an approved Reboot or Redeploy 10 minutes before it),
+        -- gone 10 minutes after that; the VMs of a set a few ms apart
+        t0 + toIntervalMillisecond(vi * 7 + if({_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS obs,
         lower(hex(cityHash64(vm_id, event_id, k))) AS tid
     FROM numbers({count * SET_SIZE * 3})
 )
 WHERE obs <= {_ts(fleet.now)}
+"""
+
+
+def _approved() -> str:
+    """SQL: the event ``e`` of type ``etype`` is one the VMs' approval policy approves (Reboot, Redeploy)."""
+    return "etype IN ('Reboot', 'Redeploy')"
+
+
+# The columns every record of a VM carries, from the generators' vm_id, vm_name, s (set) and vi (index in set).
+VM_COLUMNS = (
+    "collector_version, vm_id, vm_name, location, subscription_id, resource_group, resource_id, zone, fault_domain, "
+    "update_domain, scale_set"
+)
+VM_VALUES = (
+    "'bench', vm_id, vm_name, 'westeurope', '11111111-2222-3333-4444-555555555555', concat('rg-', toString(s % 20)), "
+    "'', '', toUInt16(vi % 3), toUInt16(vi % 5), if(s % 2 = 0, concat('vmss-', toString(s)), '')"
+)
+
+
+def _event_vms(fleet: Fleet, first: int, count: int, per_event: int) -> str:
+    """Rows (e, slot, vi, s, vm_name, vm_id, event_id, etype, t0): ``per_event`` slots of each ended event, slot
+    ``n`` on the VM ``n % SET_SIZE`` of its set."""
+    span_ms = int(fleet.days * 86_400_000)
+    start = _ts(fleet.now - timedelta(days=fleet.days))
+    tail = fleet.events - len(ACTIVE_TAIL)
+    return f"""
+    SELECT
+        intDiv(number, {per_event}) + {first} AS e,
+        number % {per_event} AS slot,
+        slot % {SET_SIZE} AS vi,
+        e % {fleet.sets} AS s,
+        concat('set', toString(s), '-vm', toString(vi)) AS vm_name,
+        lower(hex(cityHash64('vm', s, vi))) AS vm_id,
+        lower(hex(cityHash64('event', e))) AS event_id,
+        multiIf(e % 20 = 0, 'Reboot', e % 50 = 1, 'Redeploy', 'Freeze') AS etype,
+        {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events})) AS t0
+    FROM numbers({count * per_event})
+    WHERE e < {tail}"""
+
+
+def impacts_sql(fleet: Fleet, first: int, count: int) -> str:
+    """The downtime each VM of each ended event measured (a Freeze's pause of seconds, a reboot's minutes), and
+    one unannounced pause in every 100 events (on one VM of its set, an hour later)."""
+    return f"""
+INSERT INTO sevents.impacts (impact_id, record_id, schema_version, record_type, seq, observed_at, api_version,
+ {VM_COLUMNS}, detected_by, began_at, duration_ms, event_id, event_type)
+SELECT iid, iid, 1, 'impact', e, began + toIntervalMillisecond(ms), '2020-07-01', {VM_VALUES},
+ if(etype = 'Freeze' OR unannounced, 'pause', 'reboot'), began, ms, if(unannounced, '', event_id),
+ if(unannounced, '', etype)
+FROM
+(
+    SELECT *, slot = {SET_SIZE} AS unannounced,
+        t0 + toIntervalMillisecond(if(unannounced, 3600000,
+            if({_approved()}, 300000, 900000) + vi * 7 + 1000)) AS began,
+        if(etype = 'Freeze' OR unannounced, 5000 + vi * 10, 90000 + vi * 100) AS ms,
+        lower(hex(cityHash64('impact', vm_id, event_id, unannounced))) AS iid
+    FROM ({_event_vms(fleet, first, count, SET_SIZE + 1)})
+    WHERE slot < {SET_SIZE} OR e % 100 = 7
+)
+WHERE began + toIntervalMillisecond(ms) <= {_ts(fleet.now)}
+"""
+
+
+def approvals_sql(fleet: Fleet, first: int, count: int) -> str:
+    """The approval policy's decision on each VM of each ended event: the first VM in Resources approves a
+    Reboot or Redeploy after a 20-second drain hook and the others leave it to it; a Freeze is not covered."""
+    return f"""
+INSERT INTO sevents.approvals (approval_id, record_id, schema_version, record_type, seq, observed_at, api_version,
+ {VM_COLUMNS}, event_id, decision, rule, approver, event_type, not_before, hook_exit, hook_ms, http_status, decided_at)
+SELECT aid, aid, 1, 'approval', e, decided, '2020-07-01', {VM_VALUES}, event_id,
+ multiIf(NOT covered, 'not_covered', vi = 0, 'approved', 'left_to_approver'),
+ if(covered, 'first-in-resources', 'event_type'), if(covered, concat('set', toString(s), '-vm0'), ''), etype,
+ t0 + toIntervalMinute(15), if(covered, 0, NULL), if(covered, 20000, NULL), if(covered AND vi = 0, 200, NULL), decided
+FROM
+(
+    SELECT *, {_approved()} AS covered,
+        t0 + toIntervalMillisecond(vi * 7 + if(covered, 280000, 0) + 100) AS decided,
+        lower(hex(cityHash64('approval', vm_id, event_id))) AS aid
+    FROM ({_event_vms(fleet, first, count, SET_SIZE)})
+)
+WHERE decided <= {_ts(fleet.now)}
 """
 
 
@@ -147,6 +234,8 @@ def load(client: Any, fleet: Fleet, first: int, last: int, chunk: int, progress:
     for start in range(first, last, chunk):
         count = min(chunk, last - start)
         client.command(transitions_sql(fleet, start, count))
+        client.command(impacts_sql(fleet, start, count))
+        client.command(approvals_sql(fleet, start, count))
         done = start + count - first
         print(
             f"  {progress}: {done:,} of {last - first:,} events, {time.perf_counter() - began:.0f} s", file=sys.stderr
