@@ -111,7 +111,8 @@ FROM
            {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events}))) AS t0,
         -- appeared, Started 15 minutes later (at NotBefore; an approved Reboot or Redeploy 10 minutes before it),
         -- gone 10 minutes after that; the VMs of a set a few ms apart
-        t0 + toIntervalMillisecond(vi * 7 + if({_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS obs,
+        t0 + toIntervalMillisecond(
+            vi * 7 + if(e < {tail} AND {_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS obs,
         lower(hex(cityHash64(vm_id, event_id, k))) AS tid
     FROM numbers({count * SET_SIZE * 3})
 )

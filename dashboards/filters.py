@@ -110,12 +110,12 @@ def scoped(ids: str) -> str:
     return queries.scoped(ids, f"{DB}.")
 
 
-def domain_groups(ids: str, keep: str, partials: str, keys: tuple[str, ...] = ()) -> str:
-    """One row per (event, set, fault domain[, keys]) with ``partials`` over the pairs ``keep`` selects.
+def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
+    """The measured downtime (``impacts`` rows ``keep`` selects), one row per (event, set, fault domain[, keys]).
 
-    For per-domain figures over a range: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
+    For per-domain figures: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
     """
-    return queries.domain_groups(ids, keep, partials, f"{DB}.", keys=keys)
+    return queries.hit_domains(keep, f"{DB}.", keys=keys)
 
 
 def event_sets(ids: str) -> str:

@@ -15,44 +15,32 @@ from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
-VM_IMPACT = "observed_impact_s"
-TIME = ("$__timeInterval(assumeNotNull(started_at)) AS time",)
-
-
-def _per_domain(done: str, keys: tuple[str, ...] = ()) -> str:
-    # one row per (event, set, FD): figures then group by (set, domain), never by the bare number
-    partials = (
-        f"uniqExactStateIf(vm_id, {done}) AS vms_, sumIf({VM_IMPACT}, {done}) AS impact_, "
-        f"maxIf({VM_IMPACT}, {done}) AS max_"
-    )
-    return f.domain_groups(f.OVERLAPPING_IDS, done, partials, keys)
+TIME = ("$__timeInterval(began_at) AS time",)
 
 
 def panels() -> list[g.Panel | g.Row]:
-    done_on_vm = (
-        f"observed_impact_s IS NOT NULL AND started_at IS NOT NULL AND "
-        f"{f.overlapping_range('started_at')} AND {f.event_vm_filter()}"
-    )
+    # the downtime that began in the range, on the VMs the variables pick (impacts carry the VM's columns)
+    hit = f"$__timeFilter(began_at) AND {f.event_vm_filter()}"
     return [
         g.Panel(
             "Impact per fault domain",
             "barchart",
             "SELECT domain_label AS fault_domain, count() AS events, uniqExactMerge(vms_) AS vms, "
             "round(sum(impact_) / sum(kept_), 3) AS avg_impact_s, round(max(max_), 3) AS max_impact_s, "
-            f"round(sum(impact_), 3) AS total_impact_s FROM {_per_domain(done_on_vm)} "
+            f"round(sum(impact_), 3) AS total_impact_s FROM {f.hit_domains(hit)} "
             "GROUP BY fault_set_id, fault_set, domain_, domain_label ORDER BY fault_set, domain_, fault_set_id",
             width=12,
             unit="s",
-            description="Per VM hit: the downtime its collector measured (a pause, a reboot). Summed over the VMs "
-            "of each fault domain of each set (scale set, or the availability set: the VMs that observe the same "
-            "events), labelled 'set / FD n'.",
+            description="Per VM hit: the downtime its collector measured (a pause, a reboot) that began in the "
+            "range. Summed over the VMs of each fault domain of each set (scale set, or the availability set: "
+            "the VMs that observe the same events), labelled 'set / FD n'.",
             options={"xField": "fault_domain", "showValue": "auto"},
         ),
         g.Panel(
             "Impact over time by fault domain",
             "timeseries",
             "SELECT time, domain_label AS fault_domain, round(sum(impact_), 3) AS impact_s "
-            f"FROM {_per_domain(done_on_vm + ' AND $__timeFilter(started_at)', TIME)} "
+            f"FROM {f.hit_domains(hit, TIME)} "
             "GROUP BY time, fault_set_id, domain_label ORDER BY time, fault_domain",
             format=g.FORMAT_TIME_SERIES,
             width=12,

@@ -124,37 +124,39 @@ def scoped(ids: str, db: str = "") -> str:
     )
 
 
-def domain_groups(
-    ids: str, keep: str, partials: str, db: str = "", domain: str = "fault_domain", keys: tuple[str, ...] = ()
-) -> str:
-    """Per-domain figures without a window over every pair: one row per (event, set, domain[, ``keys``]).
+def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
+    """The downtime VMs measured (``impacts``), one row per (event, set, fault domain[, ``keys``]).
 
-    ``partials`` are aggregates (states or sums, each with the condition ``keep``) over the pairs of the events
-    ``ids`` selects; the set of each row is found from its event's few rows, then the caller aggregates by
-    ``fault_set_id`` and ``domain_`` (labels: ``fault_set``, ``domain_label``). Rows with no pair ``keep``
-    selects are left out. ``keys`` are more grouping expressions (``expr AS alias``); the caller groups by their
-    aliases too.
+    ``keep`` selects impact rows (a time range, filters on the VM's columns); rows of no event (unannounced) are
+    left out. Per row: ``kept_`` (VMs hit), ``vms_`` (their uniqExact state), ``impact_`` (their downtime summed:
+    each VM's is the sum of its observations) and ``max_`` (the longest VM's). Labels ``fault_set`` and
+    ``domain_label``, identity ``fault_set_id`` (group by it and ``domain_``): the set comes from the event's own
+    rollup row (its VMs outside scale sets, as ``scoped`` finds them), so the cost follows the downtime shown,
+    not the event's VMs. ``keys`` are more grouping expressions over impact rows (``expr AS alias``).
     """
     extra = "".join(f", {key}" for key in keys)
     aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
-    # min and max name over every observer, kept or not: the set is all of them
-    first = (
-        f"SELECT event_id, scale_set, {domain} AS domain_{extra}, minIf(vm_name, vm_name != '') AS first_, "
-        f"maxIf(vm_name, vm_name != '') AS last_, minIf(vm_id, vm_name != '') AS key_, countIf({keep}) AS kept_, "
-        f"{partials} "
-        f"FROM {since(ids, 'event_vms', db)} GROUP BY event_id, scale_set, domain_{aliases}"
+    hits = f"{db}impacts FINAL WHERE event_id != '' AND {keep}"
+    per_vm = (
+        f"SELECT event_id, vm_id, any(scale_set) AS scale_set, any(fault_domain) AS domain_{extra}, "
+        f"sum(duration_s) AS vm_impact_ FROM {hits} GROUP BY event_id, vm_id{aliases}"
     )
-    outside = "scale_set = '' AND first_ != ''"
-    window = (
-        f"SELECT *, minIf(first_, {outside}) OVER w AS {SET_FIRST}, maxIf(last_, {outside}) OVER w AS {SET_LAST}, "
-        f"minIf(key_, {outside}) OVER w AS {SET_KEY} FROM ({first}) WINDOW w AS (PARTITION BY event_id)"
+    per_domain = (
+        f"SELECT event_id, scale_set, domain_{aliases}, count() AS kept_, uniqExactState(vm_id) AS vms_, "
+        f"sum(vm_impact_) AS impact_, max(vm_impact_) AS max_ FROM ({per_vm}) "
+        f"GROUP BY event_id, scale_set, domain_{aliases}"
     )
-    kind = "UD" if domain == "update_domain" else "FD"
+    sets = (
+        f"SELECT event_id, minIfMerge(set_first) AS {SET_FIRST}, maxIfMerge(set_last) AS {SET_LAST}, "
+        f"minIfMerge(set_key) AS {SET_KEY} FROM {db}event_rollup "
+        f"WHERE event_id IN (SELECT event_id FROM {hits}) GROUP BY event_id"
+    )
     return (
-        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}, first_, last_, key_), "
-        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
-        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
-        f"{domain_label('fault_set', 'domain_', kind)} AS domain_label FROM ({window}) WHERE kept_ > 0)"
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
+        f"if(scale_set != '', toString(scale_set), {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', toString(scale_set), {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'domain_')} AS domain_label "
+        f"FROM ({per_domain}) AS d LEFT JOIN ({sets}) AS s USING (event_id))"
     )
 
 

@@ -5,17 +5,19 @@
 
 -- event_rollup keeps, per event: the smallest and largest name of its VMs outside scale sets (its availability set
 -- or a standalone VM, labelled by their common prefix; a collector without its identity yet reports no name and
--- is left out) and the (scale set, domain) of each VM it names in Resources. The view is made again with them;
+-- is left out), the smallest vm_id among them (the set's identity: two sets with the same label never add up) and the (scale set, domain) of each VM it names in Resources. The view is made again with them;
 -- its backfill reads every transition once more, which changes nothing in the columns it had (every state in the
 -- rollup is one a repeated row leaves unchanged) and fills the new ones.
 ALTER TABLE ${db}.event_rollup${local} ${on_cluster}
     ADD COLUMN IF NOT EXISTS set_first AggregateFunction(minIf, String, UInt8),
     ADD COLUMN IF NOT EXISTS set_last AggregateFunction(maxIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS set_key AggregateFunction(minIf, String, UInt8),
     ADD COLUMN IF NOT EXISTS fd_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16)))),
     ADD COLUMN IF NOT EXISTS ud_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16))));
 ALTER TABLE ${db}.event_rollup ${on_cluster}
     ADD COLUMN IF NOT EXISTS set_first AggregateFunction(minIf, String, UInt8),
     ADD COLUMN IF NOT EXISTS set_last AggregateFunction(maxIf, String, UInt8),
+    ADD COLUMN IF NOT EXISTS set_key AggregateFunction(minIf, String, UInt8),
     ADD COLUMN IF NOT EXISTS fd_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16)))),
     ADD COLUMN IF NOT EXISTS ud_pairs SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(String, Nullable(UInt16))));
 
@@ -31,6 +33,7 @@ AS SELECT
     groupUniqArrayArray(resources) AS affected_vms,
     minIfState(vm_name, outside) AS set_first,
     maxIfState(vm_name, outside) AS set_last,
+    minIfState(vm_id, outside) AS set_key,
     groupUniqArrayIf((set_name, fault_domain), affects_this_vm) AS fd_pairs,
     groupUniqArrayIf((set_name, update_domain), affects_this_vm) AS ud_pairs
 FROM
@@ -39,6 +42,7 @@ FROM
         event_id,
         observed_at,
         resources,
+        vm_id,
         vm_name,
         toString(scale_set) AS set_name,
         fault_domain,

@@ -45,5 +45,6 @@ CREATE TABLE IF NOT EXISTS ${db}.approvals${local} ${on_cluster}
 )
 ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toYYYYMM(decided_at)
-ORDER BY (event_id, vm_id, decision, approval_id)
+-- the day first: a panel's range reads its own days (a repeated record has the same decided_at, so the same day)
+ORDER BY (toDate(decided_at), event_id, vm_id, decision, approval_id)
 SETTINGS non_replicated_deduplication_window = 10000;

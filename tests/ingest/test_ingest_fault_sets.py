@@ -155,21 +155,67 @@ def test_set_label_rule(ch: Any) -> None:
         assert found == [(label,)], names
 
 
-def test_domain_groups_for_range_panels_keep_each_set_apart(ch: Any, db: str, handler: Handler) -> None:
-    """The per-(event, set, domain) rows the impact panels sum: twin sets stay two groups, unaffected VMs count."""
+def _hit(ch: Any, db: str, names: list[str], seconds: float) -> None:
+    """Each VM of ``names`` measured ``seconds`` of downtime in each event it is affected by (and twice in one)."""
+    rows = []
+    for event_id, (_, affected, hours) in EVENTS.items():
+        for name in affected:
+            if name not in names:
+                continue
+            identity = _as({"event_id": event_id, "incarnation": 1, "kind": "appeared", "resources": affected}, name)
+            for n in range(1 + (event_id == "E-api")):
+                began = BASE + timedelta(hours=hours, minutes=5, seconds=n * 30)
+                iid = f"{event_id}-{name}-{n}"
+                rows.append(
+                    [
+                        iid,
+                        identity["vm_id"],
+                        name,
+                        identity["scale_set"],
+                        identity["fault_domain"],
+                        "pause",
+                        began,
+                        int(seconds * 1000),
+                        event_id,
+                        "Freeze",
+                    ]
+                )
+    columns = [
+        "impact_id",
+        "vm_id",
+        "vm_name",
+        "scale_set",
+        "fault_domain",
+        "detected_by",
+        "began_at",
+        "duration_ms",
+        "event_id",
+        "event_type",
+    ]
+    ch.insert(f"{db}.impacts", rows, column_names=columns)
+
+
+def test_hit_domains_keep_each_set_apart(ch: Any, db: str, handler: Handler) -> None:
+    """The per-(event, set, domain) rows the impact panels sum: twin sets stay two groups, a VM hit twice in one
+    event counts once with its downtime summed, and only the downtime ``keep`` selects counts."""
     _stored(handler)
+    _hit(ch, db, [name for _, affected, _ in EVENTS.values() for name in affected], 2.0)
     ch.database = db
-    groups = queries.domain_groups("SELECT event_id FROM event_rollup", "affects_this_vm", "count() AS pairs_")
+    groups = queries.hit_domains("began_at < {until:DateTime64(3, 'UTC')}")
     sql = (
-        f"SELECT fault_set, domain_label, count() AS events, sum(kept_) AS affected FROM {groups} "
+        f"SELECT fault_set, domain_label, count() AS events, sum(kept_) AS vms, sum(impact_) AS seconds, "
+        f"max(max_) AS longest FROM {groups} "
         "GROUP BY fault_set_id, fault_set, domain_label ORDER BY fault_set, domain_label, fault_set_id"
     )
-    assert ch.query(sql).result_rows == [
-        ("api", "api / FD 0", 1, 1),
-        ("api", "api / FD 1", 1, 1),
-        ("pool", "pool / FD 0", 1, 1),
-        ("solo", "solo / FD 0", 1, 1),
-        ("twin", "twin / FD 0", 1, 1),
-        ("twin", "twin / FD 0", 1, 1),
-        ("web", "web / FD 0", 1, 1),
+    assert ch.query(sql, parameters={"until": BASE + timedelta(hours=6)}).result_rows == [
+        ("api", "api / FD 0", 1, 1, 4.0, 4.0),
+        ("api", "api / FD 1", 1, 1, 4.0, 4.0),
+        ("pool", "pool / FD 0", 1, 1, 2.0, 2.0),
+        ("solo", "solo / FD 0", 1, 1, 2.0, 2.0),
+        ("twin", "twin / FD 0", 1, 1, 2.0, 2.0),
+        ("twin", "twin / FD 0", 1, 1, 2.0, 2.0),
+        ("web", "web / FD 0", 1, 1, 2.0, 2.0),
     ]
+    # the range ends before the pool's event: its downtime is not shown
+    labels = ch.query(sql, parameters={"until": BASE + timedelta(hours=2)}).result_rows
+    assert [row[1] for row in labels] == ["api / FD 0", "api / FD 1", "web / FD 0"]
