@@ -137,6 +137,7 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
     extra = "".join(f", {key}" for key in keys)
     aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
     hits = f"{db}impacts FINAL WHERE event_id != '' AND {keep}"
+    hit_events = f"SELECT event_id FROM {db}impacts WHERE event_id != '' AND {keep}"  # ids: no need to collapse
     per_vm = (
         f"SELECT event_id, vm_id, any(scale_set) AS scale_set, any(fault_domain) AS domain_{extra}, "
         f"sum(duration_s) AS vm_impact_ FROM {hits} GROUP BY event_id, vm_id{aliases}"
@@ -149,7 +150,7 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
     sets = (
         f"SELECT event_id, minIfMerge(set_first) AS {SET_FIRST}, maxIfMerge(set_last) AS {SET_LAST}, "
         f"minIfMerge(set_key) AS {SET_KEY} FROM {db}event_rollup "
-        f"WHERE event_id IN (SELECT event_id FROM {hits}) GROUP BY event_id"
+        f"WHERE event_id IN ({hit_events}) GROUP BY event_id"
     )
     return (
         f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "

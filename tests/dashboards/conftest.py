@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from collector.outbox import Outbox
+from demo.compare import Window, observation_windows
 from demo.processes import Downtimes, start_collectors
 from ingest.clickhouse import connect
 from ingest.handler import Handler
@@ -39,6 +40,13 @@ class Seeded:
     finished: datetime
     vm_names: list[str]
     groups: dict[str, str]  # VM name -> the simulator's availability set or scale set
+    served: dict[str, list[datetime]]  # VM name -> when the simulator answered its collector
+    real_down_s: dict[tuple[str, str], float]  # (EventId, VM name) -> how long its collector was really stopped
+
+    def windows(self, rows: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], Window]:
+        """(event_id, field) -> where an observed value can fall, given when the collectors polled: from the
+        answer before the first one at or after the truth to the answer after that one (``rows``: one VM's)."""
+        return observation_windows(self.truth if rows is None else rows, self.served)
 
     def fd_label(self, row: dict[str, Any]) -> str:
         """The truth row's fault domain inside its set, as the dashboards label it: ``web / FD 1``."""
@@ -52,7 +60,7 @@ class Seeded:
         return out
 
 
-def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, list[str], dict[str, str]]:
+def _run_fleet(state: Path) -> dict[str, Any]:
     """Collector processes poll the simulated fleet; the VMs' real downtime is done to them (demo.processes)."""
     started = datetime.now(UTC)
     stop = threading.Event()
@@ -72,13 +80,28 @@ def _run_fleet(state: Path) -> tuple[list[dict[str, Any]], datetime, datetime, l
         names = sim.vm_names
         groups = {vm.name: vm.group for vm in sim.engine.vms.values()}
         down = {(d.event_id, d.vm_name): d.down_s for d in sim.downtime()}
+        served = {name: sim.served(name) for name in names}
+        real_down_s = {
+            (a.span.event_id, a.span.vm_name): (a.up_at - a.down_at).total_seconds()
+            for a in downtimes.applied
+            if a.up_at is not None
+        }
     finally:
         stop.set()
         for proc in processes:
             proc.stop()
         sim.stop()
     assert len(down) == 5, down  # the scenario's downtime really happened to the collectors
-    return truth, started, datetime.now(UTC), names, groups
+    assert len(real_down_s) == 5, real_down_s
+    return {
+        "truth": truth,
+        "started": started,
+        "finished": datetime.now(UTC),
+        "vm_names": names,
+        "groups": groups,
+        "served": served,
+        "real_down_s": real_down_s,
+    }
 
 
 def _wait_settled(sim: SimServer, timeout: float) -> None:
@@ -105,8 +128,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     """Runs the dashboards scenario once and loads every collector's outbox into embedded ClickHouse."""
     root = tmp_path_factory.mktemp("dash-seed")
-    truth, started, finished, names, groups = _run_fleet(root / "vms")
-    with Outbox(root / "vms" / names[0] / "outbox.sqlite") as outbox:
+    run = _run_fleet(root / "vms")
+    with Outbox(root / "vms" / run["vm_names"][0] / "outbox.sqlite") as outbox:
         outbox.commit([POISON], None)
     target = f"chdb://{root / 'clickhouse'}"
     client = connect(target)
@@ -114,7 +137,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     handler = Handler(Writer(client), source="outbox", stop=threading.Event())
     OutboxSource([str(root / "vms" / "*")], until_idle=True).run(handler, threading.Event())
     assert handler.stored > 0
-    yield Seeded(client, target, truth, started, finished, names, groups)
+    yield Seeded(client, target, **run)
     client.close()
 
 

@@ -89,8 +89,9 @@ def all_of(options: tuple[str, ...]) -> Selection:
     return Selection(values=(ALL,), options=options)
 
 
-def close(a: datetime | None, b: datetime | None, tolerance_s: float = 1.0) -> bool:
-    """Observed and true times agree within a collector poll or so."""
-    if a is None or b is None:
-        return a is b
-    return abs((a - b).total_seconds()) <= tolerance_s
+def observed_in(value: datetime | None, truth: datetime | None, window: tuple[float, float] | None) -> bool:
+    """An observed time agrees with the truth: both absent, or inside the window the collectors' polls allow
+    (``Seeded.windows``), however late a loaded machine let them poll."""
+    if value is None or truth is None:
+        return value is truth
+    return window is not None and window[0] < value.timestamp() < window[1]

@@ -9,9 +9,9 @@ from tests.dashboards.conftest import Seeded, around
 from tests.dashboards.dash_helpers import (
     Frame,
     all_of,
-    close,
     context,
     dashboards,
+    observed_in,
     panel,
     panel_queries,
     run,
@@ -151,7 +151,8 @@ def test_events_table_equals_truth(seeded: Seeded, options: dict[str, tuple[str,
         scoped = sorted({(seeded.groups[v], fd_of[v]) for v in truth["resources"]})
         assert row["fault_domains"] == ", ".join(f"{group} / FD {fd}" for group, fd in scoped)
         assert row["affected"] == len(truth["resources"])
-        assert close(row["first_seen_at"], truth["first_visible_at"])
-        assert close(row["started_at"], truth["started_at"])
-        assert close(row["ended_at"], truth["ended_at"])
+        window = seeded.windows()
+        assert observed_in(row["first_seen_at"], truth["first_visible_at"], window.get((event_id, "first_seen_at")))
+        assert observed_in(row["started_at"], truth["started_at"], window.get((event_id, "started_at")))
+        assert observed_in(row["ended_at"], truth["ended_at"], window.get((event_id, "ended_at")))
         assert row["not_before"] == truth["not_before"] or (truth["not_before"] is None and row["not_before"] is None)

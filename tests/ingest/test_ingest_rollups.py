@@ -170,6 +170,10 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     labels = "arraySort(groupUniqArrayIf(fault_domain_label, affects_this_vm))"
     by_pairs = _rows(ch, f"SELECT event_id, {labels} FROM {pairs} GROUP BY event_id")
     assert _rows(ch, f"SELECT event_id, arraySort(fault_domain_labels) FROM {rollup_db}.events") == by_pairs
+    # the identity of each event's availability set (hit_domains reads it from event_rollup): the same VM
+    keys = _rows(ch, f"SELECT event_id, anyIf(fault_set_id, scale_set = '') FROM {pairs} GROUP BY event_id")
+    kept = f"SELECT event_id, minIfMerge(set_key) FROM {rollup_db}.event_rollup GROUP BY event_id"
+    assert _rows(ch, kept) == keys
 
 
 def test_backfill_covers_rows_stored_before_the_migration(ch: Any) -> None:
