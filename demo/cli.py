@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from collector.settings import CollectorSettings
 from dashboards import report
@@ -127,6 +128,13 @@ def _wait(run: FleetRun, timeout: float, began: float) -> bool:
     return False
 
 
+def _really_done(run: FleetRun) -> dict[Any, float]:
+    """How long each collector process was really stopped for its VM's downtime (span -> seconds)."""
+    if run.downtimes is None:
+        return {}
+    return {a.span: (a.up_at - a.down_at).total_seconds() for a in run.downtimes.applied if a.up_at is not None}
+
+
 def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
     window = {"since": started_at - timedelta(minutes=5), "until": datetime.now(UTC) + timedelta(minutes=5)}
     events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
@@ -143,6 +151,7 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
         [d for d in downtime if not d["event_id"]],
         unannounced,
         tolerance_s=TICK_S + 0.5,
+        done=_really_done(run),
     )
     labels = {c.event_id: c.label for c in checks}
     rows = [

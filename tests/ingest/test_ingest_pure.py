@@ -136,6 +136,21 @@ def test_compare_downtime_checks_the_longest_downtime_the_vms_hit_and_unannounce
     assert {c.field for c in bad if not c.ok} == {"observed_impact_s", "impacted_vms", "unannounced_s"}
 
 
+def test_compare_downtime_holds_the_measurement_to_what_was_really_done_when_known() -> None:
+    """A stop resumed late (9.2 s instead of the simulator's 7) is what the VM really went through: measuring
+    9.4 s is right against it, and 7.1 s, right against the simulator's figure, is not."""
+    truth = [truth_row("vm-a", 0), truth_row("vm-b", 1, down_s=7.0), truth_row("vm-c", 2)]
+    span = DownSpan("vm-b", "E-1", "reboot", BASE, BASE + timedelta(seconds=7), "reboot")
+    pause = DownSpan("vm-c", "", "pause-0", BASE, BASE + timedelta(seconds=3), "pause")
+    done = {span: 9.2, pause: 4.1}
+    measured = [{"vm_name": "vm-c", "duration_s": 4.3, "event_id": ""}]
+    late = ours(observed_impact_s=9.4, impacted_vms=2)
+    assert all(c.ok for c in compare_downtime([late], truth, measured, [pause], tolerance_s=1.0, done=done))
+    early = ours(observed_impact_s=7.1, impacted_vms=2)
+    checks = compare_downtime([early], truth, measured, [pause], tolerance_s=1.0, done=done)
+    assert {c.field for c in checks if not c.ok} == {"observed_impact_s"}
+
+
 # Two availability sets, each hit on its FD 0 by its own event (as the demo's web and api are).
 TWO_SETS = {"web-0": "web", "web-1": "web", "api-0": "api", "api-1": "api"}
 
