@@ -1,7 +1,8 @@
 """The ClickHouse edge of the ingest: insert one batch, each table with its own deduplication token.
 
-Record rows go in as Arrow tables (``ingest.columns``): pyarrow builds each column in C and ClickHouse
-reads them without parsing text, LowCardinality columns already dictionary-encoded. That is cheaper on both
+Record rows go in as one Arrow table per table: the batch decoder's columns (``ingest.decode_batch``) and the
+per-record decoder's rows (``ingest.columns``); ClickHouse reads them without parsing text, LowCardinality
+columns already dictionary-encoded. That is cheaper on both
 sides than the client's row-oriented Native insert and than JSONEachRow, which ClickHouse parses more
 slowly than the ingest decodes it. Dead letters (few, and of a type Arrow need not know) go in as rows, and
 first, so that a record never counts as handled before its rejection is stored. Any client
