@@ -48,6 +48,7 @@ from sevents import contract, records
 
 __all__ = [
     "COMMON_RULES",
+    "FAST_PLANS",
     "HEARTBEAT_RULES",
     "INT64",
     "RULES",
@@ -56,6 +57,7 @@ __all__ = [
     "UINT32",
     "UINT64",
     "Limits",
+    "Plan",
     "Rule",
     "decode",
     "decode_noted",
@@ -70,7 +72,7 @@ _from_iso: Final = datetime.fromisoformat
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """One record type's rules, laid out for both paths."""
 
     record_type: str
@@ -83,6 +85,9 @@ class _Plan:
     maps: tuple[int, ...]
     check_key: Callable[[tuple[Any, ...]], None]
     decoder: msgspec.json.Decoder[Any]
+    # The same struct with its fields in the order records.encode writes them (sorted): msgspec matches each key
+    # to the field it expects next, so this decodes canonical payloads faster; read by name (ingest.decode_batch).
+    wire_decoder: msgspec.json.Decoder[Any]
     fields: tuple[contract.Field, ...]
     defaults: tuple[tuple[str, Any], ...]  # optional fields and their defaults
     note_at: int | None  # where notes of fields made safe go (the anomaly column), if the type has one
@@ -93,7 +98,7 @@ class _Plan:
         record_type: str,
         check_key: Callable[[tuple[Any, ...]], None],
         fields: tuple[contract.Field, ...] | None = None,
-    ) -> _Plan:
+    ) -> Plan:
         fields = contract.CONTRACT[record_type] if fields is None else fields
         rules = RULES[record_type] if fields is contract.CONTRACT[record_type] else {f.name: f for f in fields}
         kinds = [r.kind for r in rules.values()]
@@ -110,6 +115,7 @@ class _Plan:
             maps=tuple(i for i, k in enumerate(kinds) if k == "counts"),
             check_key=check_key,
             decoder=msgspec.json.Decoder(_struct(record_type, rules)),
+            wire_decoder=msgspec.json.Decoder(_struct(record_type, {name: rules[name] for name in sorted(rules)})),
             fields=fields,
             defaults=tuple((r.name, r.default) for r in rules.values() if not r.required),
             note_at=list(rules).index("anomaly") if "anomaly" in rules else None,
@@ -139,7 +145,9 @@ def _struct(record_type: str, rules: Mapping[str, Rule]) -> type[msgspec.Struct]
         fields.append((name, kind) if rule.required else (name, kind, rule.default))
     # Unknown fields go to the precise path: msgspec skips them less strictly than orjson parses them.
     # kw_only: optional fields (with a default) may come anywhere in the declaration, not only last.
-    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True, kw_only=True)
+    # gc=False: a struct holds only text, numbers and lists or maps of them, so it is never part of a cycle; leaving
+    # it untracked spares the collector passes over every decoded record.
+    return msgspec.defstruct(f"Wire_{record_type}", fields, forbid_unknown_fields=True, kw_only=True, gc=False)
 
 
 def _fits_int64(rule: Rule) -> bool:
@@ -185,14 +193,14 @@ def decode_reference(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[s
     return plan.record_type, tuple(row)
 
 
-def _validated(payload: bytes, limits: Limits) -> tuple[_Plan, list[Any]]:
+def _validated(payload: bytes, limits: Limits) -> tuple[Plan, list[Any]]:
     plan, row, _ = _validated_noted(payload, limits)
     return plan, row
 
 
 def _validated_noted(
-    payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None
-) -> tuple[_Plan, list[Any], str]:
+    payload: bytes, limits: Limits, plans: tuple[Plan, ...] | None = None
+) -> tuple[Plan, list[Any], str]:
     plans = _FAST_ORDER if plans is None else plans
     if len(payload) > limits.max_payload_bytes:
         raise InvalidRecord("too_large", f"{len(payload)} bytes > {limits.max_payload_bytes}")
@@ -210,7 +218,7 @@ def _validated_noted(
     return _precise(payload, limits, plans)  # says why, or takes it (unknown fields)
 
 
-def _checked(plan: _Plan, values: tuple[Any, ...], limits: Limits) -> list[Any] | None:
+def _checked(plan: Plan, values: tuple[Any, ...], limits: Limits) -> list[Any] | None:
     """The row of a record whose JSON types msgspec checked, or None if anything else is in doubt."""
     for i, low, high in plan.wide_ints:
         value = values[i]
@@ -227,7 +235,7 @@ def _checked(plan: _Plan, values: tuple[Any, ...], limits: Limits) -> list[Any] 
     return _row(plan, values)
 
 
-def _row(plan: _Plan, values: tuple[Any, ...]) -> list[Any] | None:
+def _row(plan: Plan, values: tuple[Any, ...]) -> list[Any] | None:
     """The values with timestamps parsed; None if one is not in the wire form or out of range."""
     row = list(values)
     for i in plan.times:
@@ -245,7 +253,7 @@ def _row(plan: _Plan, values: tuple[Any, ...]) -> list[Any] | None:
     return row
 
 
-def _precise(payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = None) -> tuple[_Plan, list[Any], str]:
+def _precise(payload: bytes, limits: Limits, plans: tuple[Plan, ...] | None = None) -> tuple[Plan, list[Any], str]:
     """The reference path: the same outcome for every payload, and the reason for every rejection.
 
     A record whose only faults are in fields that can be made safe (``contract.make_safe``) is taken with
@@ -289,7 +297,7 @@ def _precise(payload: bytes, limits: Limits, plans: tuple[_Plan, ...] | None = N
     return plan, row, notes
 
 
-def _check_all(plan: _Plan, document: Mapping[str, Any], values: tuple[Any, ...], limits: Limits) -> None:
+def _check_all(plan: Plan, document: Mapping[str, Any], values: tuple[Any, ...], limits: Limits) -> None:
     """Every rule and the key, raising the reason of the first violation in the reference order."""
     try:  # a wrong type, range or size anywhere: the first bad field in order, whatever it is
         check_document(plan.rules, document, limits, time_format=False)
@@ -358,12 +366,13 @@ _KEY_CHECKS: Final = {
     records.RECORD_IMPACT: _check_impact_key,
     records.RECORD_APPROVAL: _check_approval_key,
 }
-_TRANSITION: Final = _Plan.of(records.RECORD_TRANSITION, _check_transition_key)
-_HEARTBEAT: Final = _Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
-_IMPACT: Final = _Plan.of(records.RECORD_IMPACT, _check_impact_key)
-_APPROVAL: Final = _Plan.of(records.RECORD_APPROVAL, _check_approval_key)
-_PLANS: Final[dict[str, _Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)}
+_TRANSITION: Final = Plan.of(records.RECORD_TRANSITION, _check_transition_key)
+_HEARTBEAT: Final = Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
+_IMPACT: Final = Plan.of(records.RECORD_IMPACT, _check_impact_key)
+_APPROVAL: Final = Plan.of(records.RECORD_APPROVAL, _check_approval_key)
+_PLANS: Final[dict[str, Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)}
 _FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)  # the one the throughput goal is about first
+FAST_PLANS: Final = _FAST_ORDER  # the record types' plans in the order the fast paths try them (ingest.decode_batch)
 
 
 def decoder_for(
@@ -374,7 +383,7 @@ def decoder_for(
     The ingest's own decoder is this, built once from ``sevents.contract.CONTRACT``; tests use it to show that a
     new optional field needs no change here.
     """
-    plans = tuple(_Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items())
+    plans = tuple(Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items())
 
     def decode_with(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
         plan, row, notes = _validated_noted(payload, limits, plans)

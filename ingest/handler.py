@@ -17,9 +17,10 @@ from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 
 from ingest.decode import Limits, decode_noted
+from ingest.decode_batch import decode_batch
 from ingest.errors import Interrupted, InvalidRecord, RejectedRows, StoreError
 from ingest.metrics import IngestMetrics
-from ingest.rows import TABLE_OF, Batch, column
+from ingest.rows import Batch
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.retry import Backoff
@@ -40,13 +41,20 @@ def prepare(
 ) -> tuple[Batch, dict[str, int]]:
     """The rows of one delivery and the dead-letter count by reason (pure).
 
-    A record with a field made safe is stored repaired and its original kept in dead letters (reason
-    ``made_safe``): the transition is never lost for one bad field, and nothing of what was sent is lost.
+    The batch decoder takes every record it can vouch for, column by column; the others go through the
+    per-record decoder, which stores or rejects each with its reason. A record with a field made safe is stored
+    repaired and its original kept in dead letters (reason ``made_safe``): the transition is never lost for one
+    bad field, and nothing of what was sent is lost.
     """
     batch = Batch()
     rejected: dict[str, int] = {}
-    rows, origins = batch.rows, batch.origins  # ``Batch.add_row`` inlined: this loop runs once per record
-    for delivery in deliveries:
+    decoded = decode_batch([d.payload for d in deliveries], [d.position for d in deliveries], limits)
+    for table, (columns, indexes) in decoded.tables.items():
+        batch.add_columns(
+            table, columns, deliveries if len(indexes) == len(deliveries) else [deliveries[i] for i in indexes]
+        )
+    for index in decoded.doubtful:
+        delivery = deliveries[index]
         try:
             record_type, row, notes = decode_noted(delivery.payload, delivery.position, limits)
         except InvalidRecord as error:
@@ -56,9 +64,7 @@ def prepare(
         if notes:
             rejected[MADE_SAFE] = rejected.get(MADE_SAFE, 0) + 1
             batch.add_dead_letter(delivery, error=f"{MADE_SAFE}: {notes}", source=source, received_at=received_at)
-        table = TABLE_OF[record_type]
-        rows[table].append(row)
-        origins[table].append(delivery)
+        batch.add_row(record_type, row, delivery)
     return batch, rejected
 
 
@@ -162,10 +168,10 @@ class Handler:
         m = self.metrics
         m.batches.add(1)
         oldest: datetime | None = None
-        for table, rows in batch.rows.items():
-            if rows:
-                m.records.add(len(rows), {"record_type": table.rstrip("s"), "outcome": "stored"})
-                first = min(column(table, rows, "observed_at"))
+        for table, origins in batch.origins.items():
+            if origins:
+                m.records.add(len(origins), {"record_type": table.rstrip("s"), "outcome": "stored"})
+                first = batch.earliest(table, "observed_at")
                 oldest = first if oldest is None else min(oldest, first)
         for reason, count in rejected.items():
             if reason == MADE_SAFE:  # stored (repaired) and counted above; the original copy is the dead letter
@@ -181,5 +187,5 @@ class Handler:
 
 def _keys(batch: Batch) -> Iterator[tuple[str, int]]:
     """(record_id, seq) of every record row of ``batch``."""
-    for table, rows in batch.rows.items():
-        yield from zip(column(table, rows, "record_id"), column(table, rows, "seq"), strict=True)
+    for table in batch.origins:
+        yield from zip(batch.values(table, "record_id"), batch.values(table, "seq"), strict=True)

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ingest.source import Delivery
 from sevents import contract
 
@@ -42,11 +45,23 @@ KEY_OF: Final = {
 
 @dataclass
 class Batch:
-    """Rows for one delivery, per table (complete value tuples in column order), with their origins."""
+    """Rows for one delivery, per table, with their origins.
+
+    A table's rows are ``columns`` (the batch decoder's, as Arrow) followed by ``rows`` (complete value tuples in
+    column order, from the per-record decoder); ``origins`` holds the delivery of each, in that order.
+    """
 
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=lambda: {t: [] for t in COLUMNS_OF})
     origins: dict[str, list[Delivery]] = field(default_factory=lambda: {t: [] for t in COLUMNS_OF})
     dead_letters: list[tuple[Any, ...]] = field(default_factory=list)
+    columns: dict[str, pa.Table | None] = field(default_factory=lambda: dict.fromkeys(COLUMNS_OF))
+
+    def add_columns(self, table: str, columns: pa.Table, deliveries: Sequence[Delivery]) -> None:
+        """The batch decoder's rows of ``table`` (one per delivery, in order); before any ``add_row`` of it."""
+        if self.rows[table] or self.columns[table] is not None or columns.num_rows != len(deliveries):
+            raise ValueError(f"columns of {table} must come first, once, one row per delivery")
+        self.columns[table] = columns
+        self.origins[table] = list(deliveries)
 
     def add_record(self, record_type: str, values: tuple[Any, ...], delivery: Delivery) -> None:
         """One validated record (``decode_values``) and the delivery it came in; the hot path uses ``add_row``."""
@@ -57,6 +72,12 @@ class Batch:
         table = TABLE_OF[record_type]
         self.rows[table].append(row)
         self.origins[table].append(delivery)
+
+    def values(self, table: str, name: str) -> list[Any]:
+        """One field of every row of ``table``, in origin order (timestamps as aware datetimes)."""
+        columns = self.columns[table]
+        head = [] if columns is None else columns.column(name).to_pylist()
+        return head + column(table, self.rows[table], name)
 
     def add_dead_letter(
         self,
@@ -82,7 +103,13 @@ class Batch:
 
     def records(self) -> int:
         """Record rows (dead letters not counted)."""
-        return sum(len(r) for r in self.rows.values())
+        return sum(len(o) for o in self.origins.values())
+
+    def earliest(self, table: str, name: str) -> Any:
+        """The smallest value of one field over ``table``'s rows (None when it has none)."""
+        columns, rows = self.columns[table], self.rows[table]
+        found = [] if columns is None or not columns.num_rows else [pc.min(columns.column(name)).as_py()]
+        return min(found + column(table, rows, name), default=None)
 
     def split(self) -> tuple[Batch, Batch]:
         """Two halves of the record rows (the dead letters go with the first), to corner a row ClickHouse refuses.
@@ -91,12 +118,16 @@ class Batch:
         """
         first, second = Batch(dead_letters=list(self.dead_letters)), Batch()
         room = self.records() // 2
-        for table, rows in self.rows.items():
-            cut = min(room, len(rows))
+        for table, origins in self.origins.items():
+            cut = min(room, len(origins))
             room -= cut
-            first.rows[table], second.rows[table] = rows[:cut], rows[cut:]
-            origins = self.origins[table]
             first.origins[table], second.origins[table] = origins[:cut], origins[cut:]
+            columns, rows = self.columns[table], self.rows[table]
+            head = 0 if columns is None else columns.num_rows
+            if columns is not None:
+                first.columns[table] = columns.slice(0, cut) if cut else None
+                second.columns[table] = columns.slice(cut) if cut < head else None
+            first.rows[table], second.rows[table] = rows[: max(0, cut - head)], rows[max(0, cut - head) :]
         return first, second
 
     def only_record(self) -> Delivery | None:

@@ -1,7 +1,8 @@
 """The ClickHouse edge of the ingest: insert one batch, each table with its own deduplication token.
 
-Record rows go in as Arrow tables (``ingest.columns``): pyarrow builds each column in C and ClickHouse
-reads them without parsing text, LowCardinality columns already dictionary-encoded. That is cheaper on both
+Record rows go in as one Arrow table per table: the batch decoder's columns (``ingest.decode_batch``) and the
+per-record decoder's rows (``ingest.columns``); ClickHouse reads them without parsing text, LowCardinality
+columns already dictionary-encoded. That is cheaper on both
 sides than the client's row-oriented Native insert and than JSONEachRow, which ClickHouse parses more
 slowly than the ingest decodes it. Dead letters (few, and of a type Arrow need not know) go in as rows, and
 first, so that a record never counts as handled before its rejection is stored. Any client
@@ -28,12 +29,14 @@ import struct
 import time
 from typing import Any, Final
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from clickhouse_connect.driver.exceptions import DataError
 
 from ingest.clickhouse import CLIENT_ERRORS
 from ingest.columns import LAYOUTS, arrow_table
 from ingest.errors import RejectedRows, StoreError
-from ingest.rows import COLUMNS_OF, DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
+from ingest.rows import DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
 
 # Error codes that depend on the inserted values: parse and conversion failures, out-of-range values, NULL
 # into a non-Nullable column, a violated CHECK constraint. Anything else is the server's problem: retried.
@@ -69,12 +72,11 @@ class Writer:
         verify = retry or now - self._first_store <= self.verify_window
         try:
             if batch.dead_letters:
-                self._insert_verified("dead_letters", batch.dead_letters, DEAD_LETTER_COLUMNS, 0, verify)
+                keys = [str(row[0]) for row in batch.dead_letters]  # dead_letter_id
+                self._insert_verified("dead_letters", batch.dead_letters, keys, verify)
             for table in ("heartbeats", "impacts", "approvals", "transitions"):
-                rows = batch.rows[table]
-                if rows:
-                    key = COLUMNS_OF[table].index(KEY_OF[table])
-                    self._insert_verified(table, rows, COLUMNS_OF[table], key, verify)
+                if batch.origins[table]:
+                    self._insert_table(table, batch, verify)
         except DataError as error:
             raise RejectedRows(f"ClickHouse client refused a value: {_short(error)}") from error
         except CLIENT_ERRORS as error:
@@ -85,37 +87,50 @@ class Writer:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
 
+    def _insert_table(self, table: str, batch: Batch, verify: bool) -> None:
+        """A record table's rows, as one Arrow table: the batch decoder's columns, then the other rows."""
+        columns = batch.columns[table]
+        parts = [] if columns is None else [columns]
+        if batch.rows[table]:
+            parts.append(arrow_table(LAYOUTS[table], batch.rows[table]))
+        # Dictionaries differ from part to part, and the Arrow file format takes one per column: unify them.
+        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts).unify_dictionaries().combine_chunks()
+        keys = rows.column(KEY_OF[table]).to_pylist()  # text: the key columns are String
+        self._insert_verified(table, rows, keys, verify)
+
     def _insert_verified(
-        self, table: str, rows: list[tuple[Any, ...]], columns: tuple[str, ...], key: int, verify: bool
+        self, table: str, rows: pa.Table | list[tuple[Any, ...]], keys: list[str], verify: bool
     ) -> None:
-        keys = [str(row[key]) for row in rows]
+        key_column = KEY_OF.get(table, "dead_letter_id")
         settings = {**self._common, "insert_deduplication_token": insert_token(table, keys)}
-        self._insert(table, rows, columns, settings)
+        self._insert(table, rows, settings)
         if not verify:
             return
-        vms = sorted({str(row[columns.index("vm_id")]) for row in rows}) if "vm_id" in columns else []
-        missing = self._missing(table, columns[key], keys, vms)
+        vms = _vms(rows) if table in LAYOUTS else []
+        missing = self._missing(table, key_column, keys, vms)
         if not missing:
             return
         # Dropped as a duplicate of an insert that never reached disk: insert those rows again, untokened.
         log.warning(
             "rows of a deduplicated insert are not stored; inserting them again",
-            extra={"table": table, "rows": len(rows), "missing": len(missing)},
+            extra={"table": table, "rows": len(keys), "missing": len(missing)},
         )
-        again = [row for row in rows if str(row[key]) in missing]
-        self._insert(table, again, columns, {**self._common, "insert_deduplicate": 0})
-        still = self._missing(table, columns[key], keys, vms)
+        again: pa.Table | list[tuple[Any, ...]]
+        if isinstance(rows, pa.Table):
+            again = rows.filter(pc.is_in(rows.column(key_column), pa.array(sorted(missing), pa.string())))
+        else:
+            again = [row for row, key in zip(rows, keys, strict=True) if key in missing]
+        self._insert(table, again, {**self._common, "insert_deduplicate": 0})
+        still = self._missing(table, key_column, keys, vms)
         if still:  # retried by the handler (with the token, then verified again): never acknowledged unstored
             raise StoreError(f"{len(still)} rows of {table} not found after inserting them")
 
-    def _insert(
-        self, table: str, rows: list[tuple[Any, ...]], columns: tuple[str, ...], settings: dict[str, Any]
-    ) -> None:
+    def _insert(self, table: str, rows: pa.Table | list[tuple[Any, ...]], settings: dict[str, Any]) -> None:
         name = f"{self.database}.{table}"
-        if table in LAYOUTS:
-            self.client.insert_arrow(name, arrow_table(LAYOUTS[table], rows), settings=settings)
+        if isinstance(rows, pa.Table):
+            self.client.insert_arrow(name, rows, settings=settings)
         else:
-            self.client.insert(name, rows, column_names=list(columns), settings=settings)
+            self.client.insert(name, rows, column_names=list(DEAD_LETTER_COLUMNS), settings=settings)
 
     def _missing(self, table: str, key_column: str, keys: list[str], vms: list[str]) -> set[str]:
         """The keys not found in ``table``; ``vms`` (the sorting key's prefix) narrows the read to their ranges.
@@ -128,6 +143,11 @@ class Writer:
             parameters={"keys": keys, "vms": vms},
         ).result_rows
         return set(keys) - {str(row[0]) for row in found}
+
+
+def _vms(rows: pa.Table) -> list[str]:
+    """The table's VMs, sorted: the sorting key's prefix, which narrows the verifying read."""
+    return sorted(str(vm) for vm in pc.unique(rows.column("vm_id").cast(pa.string())).to_pylist())
 
 
 def refused_by_server(error: BaseException) -> bool:

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from demo import synthetic
 from demo.compare import compare, compare_downtime, fault_domain_checks, fault_domain_truth, observation_windows
-from ingest.decode import decode_values
-from ingest.rows import Batch, insert_token
+from ingest.decode import Limits, decode_values
+from ingest.handler import prepare
+from ingest.rows import insert_token
 from ingest.source import Delivery
 from sevents.records import encode
 from simulator.state import DownSpan
@@ -21,21 +22,27 @@ BASE = synthetic.BASE_TIME
 
 @given(st.integers(0, 40), st.integers(0, 10))
 def test_halving_a_batch_keeps_every_row_exactly_once(transitions: int, heartbeats: int) -> None:
-    """Splitting a batch again and again never loses or duplicates a row, and single rows are found."""
-    batch = Batch()
-    for i in range(transitions):
-        batch.add_record(*decode_values(encode(synthetic.transition(incarnation=i))), Delivery(b"", f"t#{i}"))
-    for i in range(heartbeats):
+    """Splitting a batch again and again never loses or duplicates a row, and single rows are found.
+
+    The transitions come from the batch decoder (Arrow columns), the heartbeats as rows, in one table each.
+    """
+    sent = [Delivery(encode(synthetic.transition(incarnation=i)), f"t#{i}") for i in range(transitions)]
+    batch, _ = prepare(sent, source="t", limits=Limits(), received_at=datetime.now(UTC))
+    for i in range(heartbeats):  # rows of another table, and rows after the columns of the same table
         batch.add_record(*decode_values(encode(synthetic.heartbeat(vm_index=i))), Delivery(b"", f"h#{i}"))
+        batch.add_record(*decode_values(encode(synthetic.transition(incarnation=99 + i))), Delivery(b"", f"r#{i}"))
     pending, singles = [batch], []
     while pending:
         part = pending.pop()
+        for table, origins in part.origins.items():  # each row stays beside its own delivery
+            assert part.values(table, "source_position") == [d.position for d in origins]
         if part.records() <= 1:
             singles.append(part.only_record())
             continue
         pending.extend(part.split())
     found = sorted(d.position for d in singles if d is not None)
-    assert found == sorted([f"t#{i}" for i in range(transitions)] + [f"h#{i}" for i in range(heartbeats)])
+    want = [f"t#{i}" for i in range(transitions)] + [f"{k}#{i}" for i in range(heartbeats) for k in "hr"]
+    assert found == sorted(want)
 
 
 def test_insert_token_depends_on_table_and_keys_in_order() -> None:

@@ -13,7 +13,7 @@ from ingest.decode import Limits
 from ingest.handler import Handler, prepare
 from ingest.metrics import IngestMetrics
 from ingest.migrate import Target, migrate
-from ingest.rows import COLUMNS_OF, column, insert_token
+from ingest.rows import insert_token
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents import records
@@ -200,11 +200,10 @@ def test_a_deduplicated_insert_whose_rows_are_gone_is_inserted_again(ch: Any, db
     writer.store(batch)
     ch.command(f"ALTER TABLE {db}.transitions DELETE WHERE 1 SETTINGS mutations_sync = 2")
     assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 0
-    token = insert_token("transitions", column("transitions", batch.rows["transitions"], "transition_id"))
-    ch.insert(  # the token alone: ClickHouse still drops this insert as a duplicate
+    token = insert_token("transitions", batch.values("transitions", "transition_id"))
+    ch.insert_arrow(  # the token alone: ClickHouse still drops this insert as a duplicate
         f"{db}.transitions",
-        batch.rows["transitions"],
-        column_names=list(COLUMNS_OF["transitions"]),
+        batch.columns["transitions"],
         settings={"insert_deduplicate": 1, "insert_deduplication_token": token},
     )
     assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 0
