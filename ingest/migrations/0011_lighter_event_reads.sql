@@ -2,7 +2,8 @@
 -- join inside them, whether or not it shows their columns, so:
 -- - event_lifecycles_since is the lifecycle part of events_since alone (types, times, outcome, domains, counts:
 --   what the pair rollup rows of its VMs give), without the union of Resources, the sets and the observed impact.
---   The same columns with the same values as in events_since; the approval panels read it.
+--   The same columns with the same values as in events_since; the approval panels read it. events_since repeats
+--   its text rather than reading it: a view inside a parameterized view is planned again on every query (0007).
 -- - events_since keeps its columns and values; its availability set is computed one level below the lambdas
 --   that label the domains with it, which then read a column instead of analysing the expression each.
 -- - active_events finds the open (event, VM) entries with arrayExists over each rollup row instead of one row
