@@ -13,7 +13,9 @@ only after this process stored it.
 Once the workers share the partitions, the scenario starts; ``--kill-after`` seconds later worker b gets
 SIGKILL and is started again at once under the same owner id. Measured:
 
-- latency per transition: ``ingested_at`` minus the simulator's true moment of the change (bench_latency.py);
+- latency per transition: the row's first insert (``ingested_at``, or, for a batch a killed worker stored but
+  did not checkpoint, the first store of it, which the successor's copy replaces) minus the simulator's true
+  moment of the change (bench_latency.py), with the time spent in each stage (eh_stages.py);
 - ownership, read from the checkpoint store every 0.1 s: a move between healthy workers is a partition
   changing from one owner to another while the first was alive (the killed worker counts as dead from the
   kill until its new process holds a partition again);
@@ -45,7 +47,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from bench_latency import latencies, percentile  # noqa: E402
+from bench_latency import percentile, timed  # noqa: E402
+from eh_stages import STAGES, journeys, slowest, summary  # noqa: E402
 
 from ingest.clickhouse import connect  # noqa: E402
 from ingest.handler import Handler  # noqa: E402
@@ -57,7 +60,7 @@ from ingest.writer import Writer  # noqa: E402
 from sevents.logs import setup_logging  # noqa: E402
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint  # noqa: E402
 from tests.eventhubs.azurite import CheckpointStores, running_azurite  # noqa: E402
-from tests.eventhubs.eh_fleet import hub_records, start_fleet  # noqa: E402
+from tests.eventhubs.eh_fleet import hub_positions, hub_records, start_fleet  # noqa: E402
 from tests.eventhubs.eh_ingest_proc import StoreService  # noqa: E402
 from tests.eventhubs.helpers import wait_for  # noqa: E402
 
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expiry", type=float, default=6.0, help="ownership expiry of the workers, seconds")
     parser.add_argument("--kill-after", type=float, default=10.0, help="seconds into the scenario to kill worker b")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--slowest", type=int, default=12, help="show this many slowest transitions stage by stage")
     args = parser.parse_args(argv)
     setup_logging("error")
     workdir = Path(tempfile.mkdtemp(prefix="bench-eventhubs-"))
@@ -205,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                     process.wait(30)
                 watch.close()
                 fleet.close()
-            values = latencies(client, DATABASE, fleet.sim.truth())
-            steady = _outside(client, fleet.sim.truth(), killed_at - 1.0, killed_at + 5.0)
+            found = journeys(timed(client, DATABASE, fleet.sim.truth()), hub_positions(endpoint), service.timings)
+            values = [j.total for j in found]
+            outside = _outside(client, fleet.sim.truth(), killed_at - 1.0, killed_at + 5.0)
+            steady = [j.total for j in found if j.transition_id in outside]
             rows, unique = client.query(
                 f"SELECT count(), uniqExact(transition_id) FROM {DATABASE}.transitions FINAL"
             ).result_rows[0]
@@ -264,15 +270,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     for goal, met in goals.items():
         print(f"goal: {goal} -> {'met' if met else 'NOT met'}")
+    stage_rows = summary(found, percentile)
+    figures["stages_s"] = {row[0]: {"p50": row[1], "p99": row[2], "max": row[3]} for row in stage_rows}
+    print(f"\nwhere the time goes ({len(found):,} transitions traced; seconds per stage)")
+    print(table(["stage", "p50", "p99", "max"], stage_rows))
+    print(f"\nslowest transitions (worker b killed at {killed_at:.3f})")
+    print(table(["total", "position", "change at", *STAGES], slowest(found, args.slowest)))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
-def _outside(client: Any, truth: list[dict[str, Any]], start: float, end: float) -> list[float]:
-    """Latencies of transitions whose true moment lies outside [start, end] (the kill and its recovery)."""
+def _outside(client: Any, truth: list[dict[str, Any]], start: float, end: float) -> set[str]:
+    """The transitions of events none of whose changes lies in [start, end] (the kill and its recovery)."""
     window = [t for t in truth if not _touches(t, start, end)]
-    return latencies(client, DATABASE, window)
+    return {transition_id for transition_id, *_ in timed(client, DATABASE, window)}
 
 
 def _touches(event: dict[str, Any], start: float, end: float) -> bool:

@@ -25,17 +25,19 @@ from ingest.output import table
 from sevents.logs import setup_logging
 
 SQL = """
-SELECT event_id, vm_name, kind, status, ingested_at
+SELECT event_id, vm_name, kind, status, ingested_at, transition_id, observed_at
 FROM {db}.transitions FINAL
 WHERE event_id != ''
 """
 
 
-def latencies(client: Any, database: str, truth: list[dict[str, Any]]) -> list[float]:
-    """Seconds from each true change to its stored row."""
+def timed(client: Any, database: str, truth: list[dict[str, Any]]) -> list[tuple[str, datetime, datetime, datetime]]:
+    """(transition_id, true moment of the change, observed_at, ingested_at) of each stored transition that
+    matches the simulator's ground truth for its (event, VM)."""
     moments = {(t["event_id"], t["vm_name"]): t for t in truth}
     out = []
-    for event_id, vm_name, kind, status, ingested_at in client.query(SQL.format(db=database)).result_rows:
+    rows = client.query(SQL.format(db=database)).result_rows
+    for event_id, vm_name, kind, status, ingested_at, transition_id, observed_at in rows:
         t = moments.get((event_id, vm_name))
         if t is None:
             continue
@@ -49,9 +51,17 @@ def latencies(client: Any, database: str, truth: list[dict[str, Any]]) -> list[f
             continue
         if true_at is None:
             continue
-        stored = ingested_at if ingested_at.tzinfo else ingested_at.replace(tzinfo=UTC)
-        out.append((stored - true_at).total_seconds())
+        out.append((str(transition_id), true_at, _utc(observed_at), _utc(ingested_at)))
     return out
+
+
+def latencies(client: Any, database: str, truth: list[dict[str, Any]]) -> list[float]:
+    """Seconds from each true change to its stored row."""
+    return [(stored - true_at).total_seconds() for _, true_at, _, stored in timed(client, database, truth)]
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def percentile(values: list[float], q: float) -> float:

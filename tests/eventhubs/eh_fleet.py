@@ -140,6 +140,22 @@ def hub_records(endpoint: EventHubsEndpoint) -> dict[str, str]:
     return found
 
 
+def hub_positions(endpoint: EventHubsEndpoint) -> dict[str, tuple[str, float]]:
+    """record id -> (position, enqueued time in seconds) of the first event that carried it."""
+    found: dict[str, tuple[str, float]] = {}
+    for partition in endpoint.store.partition_ids:
+        for event in endpoint.store.events(partition):
+            body = b"".join(bytes(v) for code, v, _ in split_sections(event.sections) if code == 0x75)
+            try:
+                record_id = str(json.loads(body)["record_id"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            position = f"eventhubs:{partition}:{event.sequence_number}"
+            if record_id not in found or event.enqueued_ms / 1000 < found[record_id][1]:
+                found[record_id] = (position, event.enqueued_ms / 1000)
+    return found
+
+
 def start_fleet(
     workdir: Path,
     endpoint: EventHubsEndpoint,

@@ -15,9 +15,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
-from typing import Any
 
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 
@@ -26,18 +27,43 @@ from ingest.source_eventhubs import EventHubsSource
 
 
 class RemoteDeliver:
-    """``deliver`` over a connection to a ``StoreService``; raises when the service did not store the batch."""
+    """``deliver`` over connections to a ``StoreService``; raises when the service did not store the batch.
+
+    One connection per concurrent call (kept for reuse): the receivers of a worker's partitions insert at the
+    same time, as they do into a ClickHouse server (``ingest.clickhouse.connect`` uses no session for that).
+    """
 
     def __init__(self, port: int, key: bytes) -> None:
-        self.connection = Client(("127.0.0.1", port), authkey=key)
-        self.lock = threading.Lock()  # receivers deliver concurrently; one request on the wire at a time
+        self.port, self.key = port, key
+        self.lock = threading.Lock()  # guards ``idle``
+        self.idle: list[Connection] = [self._connect()]
+
+    def _connect(self) -> Connection:
+        return Client(("127.0.0.1", self.port), authkey=self.key)
 
     def __call__(self, batch: Sequence[Delivery]) -> None:
+        called_at = time.time()  # the receiver handed the batch over (the benchmark's stage timings)
+        rows = [(d.payload, d.position, dict(d.properties)) for d in batch]
         with self.lock:
-            self.connection.send([(d.payload, d.position, dict(d.properties)) for d in batch])
-            answer = self.connection.recv()
+            connection = self.idle.pop() if self.idle else None
+        connection = connection or self._connect()
+        connection.send((called_at, time.time(), rows))
+        answer = connection.recv()
+        with self.lock:
+            self.idle.append(connection)
         if answer != "ok":
             raise RuntimeError(f"the store service did not store the batch: {answer}")
+
+
+@dataclass(frozen=True)
+class BatchTiming:
+    """When one batch passed each point between a worker's receiver and ClickHouse (``time.time()``)."""
+
+    positions: tuple[str, ...]
+    called_at: float  # the worker's deliver was called (the SDK handed the batch over)
+    sent_at: float  # the worker's connection was free and the batch went out
+    arrived_at: float  # this service read it
+    stored_at: float  # deliver returned (stored)
 
 
 class StoreService:
@@ -45,6 +71,7 @@ class StoreService:
 
     def __init__(self, deliver: Callable[[Sequence[Delivery]], None], key: bytes) -> None:
         self.deliver = deliver
+        self.timings: list[BatchTiming] = []  # stored batches, in the order they were stored
         self.listener = Listener(("127.0.0.1", 0), authkey=key)
         self.port = int(self.listener.address[1])
         threading.Thread(target=self._accept, name="store-service", daemon=True).start()
@@ -60,9 +87,12 @@ class StoreService:
     def _serve(self, connection: Connection) -> None:
         try:
             while True:
-                raw: Any = connection.recv()
+                called_at, sent_at, raw = connection.recv()
+                arrived_at = time.time()
                 try:
                     self.deliver([Delivery(payload, position, properties) for payload, position, properties in raw])
+                    positions = tuple(position for _, position, _ in raw)
+                    self.timings.append(BatchTiming(positions, called_at, sent_at, arrived_at, time.time()))
                     connection.send("ok")
                 except Exception as error:  # answered, so the worker does not checkpoint
                     connection.send(repr(error))
