@@ -2,9 +2,10 @@
 
 The source receives every partition with the SDK's async client on one event loop (``LoopThread``): a
 partition waiting for events costs nothing, where the sync client's processor loop spins while it opens a
-partition and serves its partitions one after another. The blob checkpoint store and the credential the
-ingest already has are synchronous; ``AsyncStore`` and ``AsyncCredential`` run their calls on worker threads
-so the loop never blocks on them (and no async HTTP stack is needed).
+partition and serves its partitions one after another. The credential the ingest already has is
+synchronous; ``AsyncCredential`` runs its calls on worker threads so the loop never blocks on them (and no
+async HTTP stack is needed). The blob checkpoint store stays synchronous: ``ingest.eh_receiver`` calls it on
+worker threads itself.
 """
 
 from __future__ import annotations
@@ -37,25 +38,6 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
-
-
-class AsyncStore:
-    """A synchronous checkpoint store (``BlobCheckpointStore``) with the async methods the async client calls."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def list_ownership(self, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.store.list_ownership, *args, **kwargs)
-
-    async def claim_ownership(self, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.store.claim_ownership, *args, **kwargs)
-
-    async def update_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.store.update_checkpoint, *args, **kwargs)
-
-    async def list_checkpoints(self, *args: Any, **kwargs: Any) -> Any:
-        return await asyncio.to_thread(self.store.list_checkpoints, *args, **kwargs)
 
 
 class AsyncCredential:

@@ -6,24 +6,26 @@ Theory of operation. ``run(deliver, stop)`` keeps two kinds of threads until ``s
   blob checkpoint store, decides with ``ingest.eh_balance.plan`` which partitions this worker holds (renew its
   own, claim free or expired ones up to its share, never take one from a live worker in steady state), claims
   them (etag-guarded, so two workers never both win one), and starts or stops receivers to match;
-- one receiver per held partition: its own async ``EventHubConsumerClient`` (its own AMQP link) running
-  ``receive_batch`` on that partition alone, all on one event loop (``ingest.eh_async``); ``deliver`` runs on
-  a worker thread, so a slow partition or a slow insert never delays the others.
-  A partition with no checkpoint starts at the beginning of retention (``starting_position="-1"``), never at
-  ``@latest``, so a new consumer group reads the backlog.
+- one receiver per held partition (``ingest.eh_receiver``): the SDK's partition consumer on its own AMQP
+  connection, started from the partition's checkpoint (all checkpoints are read in one listing when
+  receivers start), all on one event loop (``ingest.eh_async``); ``deliver`` runs on a worker thread, so a
+  slow partition or a slow insert never delays the others. A partition with no checkpoint starts at the
+  beginning of retention, never at ``@latest``, so a new consumer group reads the backlog.
 
 A worker started again under the same ``owner_id`` (a stable name per worker) finds its own claims and
-resumes its partitions at once; a worker that died without coming back loses them when its claims expire
+resumes its partitions at once, while the hub's partition list (which only the balancing rounds need) is
+still being read; a worker that died without coming back loses them when its claims expire
 (``ownership_expiry``), to whoever has room. On a clean stop the claims are released for immediate takeover.
 
 For each batch a receiver turns the events into ``Delivery`` objects (body bytes, position, application
 properties as text), calls ``deliver`` inside a span linked to each event's W3C ``traceparent``, and only
-after ``deliver`` returned checkpoints the partition at the batch's last event. ``deliver`` is called from
-several receivers at once: it must be thread-safe (``ingest.handler.Handler`` is).
+after ``deliver`` returned checkpoints the partition at the batch's last event (written beside the receive
+path, so the next batch need not wait for the blob). ``deliver`` is called from several receivers at once:
+it must be thread-safe (``ingest.handler.Handler`` is).
 
-If ``deliver`` raises, nothing is checkpointed: after a backoff the callback raises ``DeliverFailed``, the
-SDK closes that partition's consumer and opens it again from its last checkpoint, so the batch comes again
-(the other partitions carry on). A record that cannot be decoded is ``deliver``'s business: it goes to dead
+If ``deliver`` raises, nothing is checkpointed: after a backoff the callback raises ``DeliverFailed``, that
+partition's receiver ends, and the next balancing round starts it again from its checkpoint, so the batch
+comes again (the other partitions carry on). A record that cannot be decoded is ``deliver``'s business: it goes to dead
 letters like any poison record; this module never drops an event.
 
 Errors::
@@ -34,7 +36,8 @@ Errors::
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import functools
 import logging
 import random
 import threading
@@ -48,15 +51,16 @@ from azure.eventhub.aio import EventHubConsumerClient
 from opentelemetry import trace
 from opentelemetry.trace import Link, TracerProvider
 
-from ingest.eh_async import AsyncCredential, AsyncStore, LoopThread
+from ingest.eh_async import AsyncCredential, LoopThread
 from ingest.eh_balance import Claim, plan
+from ingest.eh_receiver import PartitionReceiver, start_position
 from ingest.source import Deliver, Delivery
 from sevents.retry import Backoff
 from sevents.tracing import TRACEPARENT, parse_traceparent
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[], EventHubConsumerClient]  # the async client: one per partition receiver
+ClientFactory = Callable[[], EventHubConsumerClient]  # the async client: one for all receivers, one to probe
 
 
 class EventHubsSourceError(Exception):
@@ -150,7 +154,7 @@ class EventHubsSource:
         **options: Any,
     ) -> EventHubsSource:
         """SAS credentials (the fallback, and the local test endpoint)."""
-        client = _client_options(checkpoint_store, options.get("load_balancing_interval", 10.0))
+        client = _client_options()
 
         def factory() -> EventHubConsumerClient:
             return EventHubConsumerClient.from_connection_string(
@@ -171,7 +175,7 @@ class EventHubsSource:
         **options: Any,
     ) -> EventHubsSource:
         """Managed identity (the default): ``namespace`` fully qualified, ``credential`` a sync azure-identity one."""
-        client = _client_options(checkpoint_store, options.get("load_balancing_interval", 10.0))
+        client = _client_options()
 
         def factory() -> EventHubConsumerClient:
             from azure.identity import DefaultAzureCredential
@@ -185,27 +189,40 @@ class EventHubsSource:
         """Consume until ``stop`` is set; then stop the receivers and release this worker's claims."""
         loop = LoopThread("eventhubs-receivers")
         try:
-            probe = self._factory()
+            probe, client = self._factory(), self._factory()
         except Exception as error:
             loop.close()
             raise EventHubsSourceError(f"cannot create the Event Hubs client: {error!r}") from error
         # the names under which the checkpoint store keeps claims, as the SDK's own load balancer writes them
-        scope = (probe._address.hostname, probe.eventhub_name, probe._consumer_group)
+        scope = (client._address.hostname, client.eventhub_name, client._consumer_group)
+        # Only the balancing rounds need the partition list; a restarted worker resumes its own claims meanwhile.
         described = loop.submit(_partition_ids(probe))
-        receivers: dict[str, _Receiver] = {}
+        receivers: dict[str, PartitionReceiver] = {}
+        write = self._store.update_checkpoint if self._store is not None else None
 
         def follow(held: set[str]) -> None:
             for partition in [p for p in receivers if p not in held]:
                 receivers.pop(partition).stop()
                 log.info("partition released", extra={"partition": partition, "owner": self.owner_id})
-            for partition in held:
-                receiver = receivers.get(partition)
-                if receiver is None or not receiver.alive():
-                    receivers[partition] = _Receiver(self, loop, partition, deliver, stop)
-                    log.info("receiving partition", extra={"partition": partition, "owner": self.owner_id})
+            starting = sorted(p for p in held if p not in receivers or not receivers[p].alive())
+            checkpoints = self._checkpoints(scope) if starting else {}
+            if checkpoints is None:
+                return  # the store did not answer: start them next round
+            for partition in starting:
+                names = dict(zip(_SCOPE_NAMES, scope, strict=True), partition_id=partition)
+                receivers[partition] = PartitionReceiver(
+                    client,
+                    loop,
+                    names,
+                    start_position(checkpoints.get(partition)),
+                    functools.partial(self.handle, partition, deliver=deliver, stop=stop),
+                    write,
+                    max_batch_size=self._max_batch_size,
+                    max_wait_time=self._max_wait_time,
+                )
+                log.info("receiving partition", extra={"partition": partition, "owner": self.owner_id})
 
         try:
-            # A restarted worker resumes its own claims while the hub is still being described.
             follow(self._resume(scope))
             try:
                 partitions = described.result(60)
@@ -219,8 +236,20 @@ class EventHubsSource:
                 receiver.stop(join=False)
             for receiver in receivers.values():
                 receiver.join()
+            with contextlib.suppress(Exception):
+                loop.run(client.close(), 10)
             loop.close()
             self._release_all(scope)
+
+    def _checkpoints(self, scope: tuple[str, str, str]) -> dict[str, Mapping[str, Any]] | None:
+        """Every partition's checkpoint in one listing (None if the store failed; {} without a store)."""
+        if self._store is None:
+            return {}
+        try:
+            return {str(c["partition_id"]): c for c in self._store.list_checkpoints(*scope)}
+        except Exception as error:  # noqa: BLE001 - the next round tries again
+            log.warning("could not read the checkpoints", extra={"error": repr(error)})
+            return None
 
     def _resume(self, scope: tuple[str, str, str]) -> set[str]:
         """Renew the claims this owner id still has (a quick restart) without waiting for a balancing round."""
@@ -270,7 +299,7 @@ class EventHubsSource:
             log.warning("could not release partitions; they expire instead", extra={"error": repr(error)})
         self._held = {}
 
-    def handle(self, partition: str, events: list[EventData], deliver: Deliver, stop: threading.Event) -> None:
+    def handle(self, partition: str, events: list[EventData], *, deliver: Deliver, stop: threading.Event) -> None:
         """Deliver one batch of one partition (on a worker thread); DeliverFailed, after a backoff, if not stored."""
         batch = [to_delivery(partition, event) for event in events]
         with self._tracer.start_as_current_span(
@@ -296,58 +325,6 @@ class EventHubsSource:
             self.delivered += len(batch)
 
 
-class _Receiver:
-    """One partition's async consumer client, receiving on the shared event loop until stopped."""
-
-    def __init__(
-        self, source: EventHubsSource, loop: LoopThread, partition: str, deliver: Deliver, stop: threading.Event
-    ) -> None:
-        self.partition = partition
-        self._loop = loop
-        self._client = source._factory()
-        self._closed = False
-
-        async def on_batch(context: Any, events: list[EventData]) -> None:
-            if events:
-                await asyncio.to_thread(source.handle, partition, events, deliver, stop)
-                # Checkpoint strictly after deliver returned: the batch is stored (or dead-lettered) by now.
-                await context.update_checkpoint(events[-1])
-
-        async def on_error(context: Any, error: Exception) -> None:
-            log.warning("event hubs receive error", extra={"partition": partition, "error": repr(error)})
-
-        async def receive() -> None:
-            try:
-                await self._client.receive_batch(
-                    on_event_batch=on_batch,
-                    on_error=on_error,
-                    partition_id=partition,
-                    starting_position="-1",  # no checkpoint: the beginning of retention, not @latest
-                    max_batch_size=source._max_batch_size,
-                    max_wait_time=source._max_wait_time,
-                )
-            except Exception as error:  # noqa: BLE001 - the balancer starts a new receiver next round
-                log.warning("partition receiver stopped", extra={"partition": partition, "error": repr(error)})
-
-        self._done = loop.submit(receive())
-
-    def alive(self) -> bool:
-        return not self._done.done() and not self._closed
-
-    def stop(self, *, join: bool = True) -> None:
-        if not self._closed:
-            self._closed = True
-            self._loop.submit(self._client.close())
-        if join:
-            self.join()
-
-    def join(self) -> None:
-        try:
-            self._done.result(30)
-        except Exception:
-            log.debug("partition receiver ended with an error", exc_info=True)
-
-
 async def _partition_ids(probe: EventHubConsumerClient) -> list[str]:
     async with probe:
         return list(await probe.get_partition_ids())
@@ -362,18 +339,16 @@ def _claim(ownership: Mapping[str, Any]) -> Claim:
     )
 
 
+_SCOPE_NAMES = ("fully_qualified_namespace", "eventhub_name", "consumer_group")
+
+
 def _ownership(claim: Claim, owner_id: str, scope: tuple[str, str, str]) -> dict[str, Any]:
     """The checkpoint store's ownership dict for ``claim`` under ``owner_id`` (etag-guarded)."""
-    names = ("fully_qualified_namespace", "eventhub_name", "consumer_group")
-    found: dict[str, Any] = dict(zip(names, scope, strict=True))
+    found: dict[str, Any] = dict(zip(_SCOPE_NAMES, scope, strict=True))
     found.update(partition_id=claim.partition_id, owner_id=owner_id, etag=claim.etag)
     return found
 
 
-def _client_options(checkpoint_store: Any, load_balancing_interval: float) -> dict[str, Any]:
-    # The client's own balancer only re-opens its one partition after a failed batch: same short interval.
-    options: dict[str, Any] = {"load_balancing_interval": load_balancing_interval, "retry_total": 3}
-    if checkpoint_store is not None:
-        # checkpoints, and where a re-opened partition resumes
-        options["checkpoint_store"] = AsyncStore(checkpoint_store)
-    return options
+def _client_options() -> dict[str, Any]:
+    # Checkpoints and ownership are this module's business (ingest.eh_receiver), not the client's.
+    return {"retry_total": 3}
