@@ -74,7 +74,8 @@ class Writer:
             if batch.dead_letters:
                 keys = [str(row[0]) for row in batch.dead_letters]  # dead_letter_id
                 self._insert_verified("dead_letters", batch.dead_letters, keys, verify)
-            for table in ("heartbeats", "impacts", "approvals", "transitions"):
+            # Transitions first: alerts read them, and a heartbeat's insert need not delay them.
+            for table in ("transitions", "approvals", "impacts", "heartbeats"):
                 if batch.origins[table]:
                     self._insert_table(table, batch, verify)
         except DataError as error:
