@@ -19,7 +19,8 @@ SIGKILL and is started again at once under the same owner id. Measured:
 - ownership, read from the checkpoint store every 0.1 s: a move between healthy workers is a partition
   changing from one owner to another while the first was alive (the killed worker counts as dead from the
   kill until its new process holds a partition again);
-- for the killed worker's partitions, the seconds from the kill to the first batch stored from each;
+- for the killed worker's partitions, the seconds from the kill to the first batch the restarted worker
+  handed over from each;
 - lost (in the hub, not in ClickHouse) and duplicated (rows beyond one per transition_id after FINAL).
 
 The endpoint is on loopback: the figures show what the transport's batching, the workers and the insert add,
@@ -55,38 +56,17 @@ from ingest.handler import Handler  # noqa: E402
 from ingest.migrate import Target, migrate  # noqa: E402
 from ingest.output import table  # noqa: E402
 from ingest.settings import IngestSettings  # noqa: E402
-from ingest.source import Delivery  # noqa: E402
 from ingest.writer import Writer  # noqa: E402
 from sevents.logs import setup_logging  # noqa: E402
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint  # noqa: E402
 from tests.eventhubs.azurite import CheckpointStores, running_azurite  # noqa: E402
 from tests.eventhubs.eh_fleet import hub_positions, hub_records, start_fleet  # noqa: E402
-from tests.eventhubs.eh_ingest_proc import StoreService  # noqa: E402
+from tests.eventhubs.eh_ingest_proc import BatchTiming, StoreService  # noqa: E402
 from tests.eventhubs.helpers import wait_for  # noqa: E402
 
 SCENARIO = ROOT / "benchmarks" / "scenarios" / "eventhubs-load.toml"
 DATABASE = "bench_eventhubs"
 WORKERS = ("worker-a", "worker-b")
-
-
-class Recorded:
-    """The handler behind the store service, noting when each partition's batches were stored."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.lock = threading.Lock()
-        self.stored_at: list[tuple[float, str]] = []  # (time, partition)
-
-    def __call__(self, batch: Sequence[Delivery]) -> None:
-        self.handler(batch)
-        now = time.time()
-        with self.lock:
-            self.stored_at.extend((now, p) for p in {d.position.split(":")[1] for d in batch})
-
-    def first_after(self, moment: float, partition: str) -> float | None:
-        with self.lock:
-            times = [t for t, p in self.stored_at if p == partition and t > moment]
-        return min(times) if times else None
 
 
 class OwnershipWatch:
@@ -157,9 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     migrate(client, Target(database=DATABASE))
     verify = IngestSettings().verify_window
     handler = Handler(Writer(client, DATABASE, verify_window=verify), source="eventhubs", stop=threading.Event())
-    recorded = Recorded(handler)
     key = secrets.token_hex(16)
-    service = StoreService(recorded, key.encode())
+    service = StoreService(handler, key.encode())
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
         with running_azurite(workdir / "azurite") as azurite, EventHubsEndpoint() as endpoint:
@@ -198,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
                 fleet.stop_collectors(settle_s=2 * args.poll + 0.5)
                 expected = {k for k, kind in hub_records(endpoint).items() if kind == "transition"}
                 stored = wait_for(lambda: expected <= _stored_ids(client), 120)
-                served_again = [recorded.first_after(killed_at, p) for p in victim_partitions]
+                served_again = [_handed_over_after(service.timings, killed_at, p) for p in victim_partitions]
                 back = [at for at, _, _, new in watch.changes if new == "worker-b" and at > killed_at]
                 resumed_at = min(back) if back else float("inf")
                 moves = healthy_moves(watch.changes[settled_changes:], "worker-b", killed_at, resumed_at)
@@ -290,6 +269,13 @@ def _outside(client: Any, truth: list[dict[str, Any]], start: float, end: float)
 def _touches(event: dict[str, Any], start: float, end: float) -> bool:
     moments = (event.get(k) for k in ("first_visible_at", "started_at", "ended_at"))
     return any(m is not None and start <= m.timestamp() <= end for m in moments)
+
+
+def _handed_over_after(timings: Sequence[BatchTiming], moment: float, partition: str) -> float | None:
+    """When the first batch of ``partition`` was handed over after ``moment`` (by the restarted worker: a batch
+    the killed one had sent before it died may still be stored after the kill, and does not count)."""
+    times = [t.called_at for t in timings if t.called_at > moment and t.positions[0].split(":")[1] == partition]
+    return min(times) if times else None
 
 
 def _stored_ids(client: Any) -> set[str]:
