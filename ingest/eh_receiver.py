@@ -52,6 +52,7 @@ class CheckpointWriter:
     def __init__(self, write: Checkpoint, scope: Mapping[str, str]) -> None:
         self._write, self._scope = write, dict(scope)
         self._newest: EventData | None = None
+        self._writing = False
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
@@ -68,16 +69,19 @@ class CheckpointWriter:
             if event is None:
                 continue
             checkpoint = {**self._scope, "offset": event.offset, "sequence_number": event.sequence_number}
+            self._writing = True
             try:
                 await asyncio.to_thread(self._write, checkpoint)
             except Exception as error:  # noqa: BLE001 - the next batch's checkpoint covers this one
                 partition = self._scope["partition_id"]
                 log.warning("checkpoint write failed", extra={"partition": partition, "error": repr(error)})
+            finally:
+                self._writing = False
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Write what is pending, then stop."""
+        """Write what is pending (the next owner starts from it), then stop."""
         deadline = asyncio.get_running_loop().time() + timeout
-        while self._newest is not None and asyncio.get_running_loop().time() < deadline:
+        while (self._newest is not None or self._writing) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

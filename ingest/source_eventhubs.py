@@ -202,7 +202,9 @@ class EventHubsSource:
 
         def follow(held: set[str]) -> None:
             for partition in [p for p in receivers if p not in held]:
-                receivers.pop(partition).stop()
+                # not joined: it finishes the batch it is storing (then checkpoints it) while this thread renews
+                # the other claims; an insert that keeps failing must not let them expire
+                receivers.pop(partition).stop(join=False)
                 log.info("partition released", extra={"partition": partition, "owner": self.owner_id})
             starting = sorted(p for p in held if p not in receivers or not receivers[p].alive())
             checkpoints = self._checkpoints(scope) if starting else {}
