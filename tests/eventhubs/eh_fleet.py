@@ -73,6 +73,7 @@ class EhFleet:
     deliver: SharedDeliver
     checkpoint_store: Callable[[], Any]
     agents: list[Agent] = field(default_factory=list)
+    sinks: list[EventHubsSink] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     collectors_stop: threading.Event = field(default_factory=threading.Event)
     workers: list[Worker] = field(default_factory=list)
@@ -193,6 +194,7 @@ def start_fleet(
                 drain_timeout=30.0,
             )
             sink = EventHubsSink.from_connection_string(endpoint.connection_string(), send_timeout=2)
+            fleet.sinks.append(sink)
             fleet.agents.append(build_agent(settings, sink=sink))
         for agent in fleet.agents:
             fleet.threads.append(_thread(fleet, lambda a=agent: a.run(fleet.collectors_stop), "collector"))
