@@ -10,11 +10,9 @@ SDK sets with a checkpoint store; the checkpoint's offset, exclusive, else the b
 runs its batch receive. ``EventHubConsumerClient._create_consumer`` is the one SDK internal this relies on
 (unchanged since azure-eventhub 5.0).
 
-Up to two batches of a partition are delivered at once (``Deliveries``): the next is handed over while the
-previous one's insert finishes, rather than waiting behind it. Checkpoints follow in order, each strictly
-after its batch and every earlier one were stored, and are written by a task of their own: no batch waits
-behind a blob write. Only the newest stored position is written (an older one never after a newer), and a
-stopping receiver waits for the batches it is delivering and for that write.
+Checkpoints are written by a task of their own, strictly after the batch was handed over and stored: the
+next batch no longer waits behind a blob write. Only the newest stored position is written (an older one
+never after a newer), and a stopping receiver waits for the batch it is delivering and for that write.
 
 Receiving ends on the first error (a failed deliver, a lost link): the source's balancer starts a new
 receiver from the stored checkpoint at its next round if the partition is still this worker's.
@@ -25,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
@@ -41,9 +38,6 @@ Handle = Callable[[list[EventData]], None]  # deliver one batch (on a worker thr
 Checkpoint = Callable[[dict[str, Any]], None]  # the checkpoint store's update_checkpoint (synchronous)
 
 START_OF_RETENTION = "-1"  # no checkpoint: read the backlog, never from @latest
-# Two: the next batch is inserted while the previous one finishes (its other tables, its look-up), instead of
-# waiting behind it; more would only add concurrent inserts per partition for ClickHouse to serve.
-BATCHES_IN_FLIGHT = 2
 
 
 def start_position(checkpoint: Mapping[str, Any] | None) -> str:
@@ -94,54 +88,6 @@ class CheckpointWriter:
             await self._task
 
 
-class Deliveries:
-    """One partition's batches being delivered, up to ``BATCHES_IN_FLIGHT`` at once, checkpointed in order.
-
-    A batch is checkpointed only once it and every batch before it were stored. After a batch that was not
-    stored, nothing more of the partition is checkpointed and ``on_failure`` ends the receiver: its successor
-    reads again from that batch (later batches stored meanwhile come twice; the tables' keys absorb them).
-    """
-
-    def __init__(self, handle: Handle, writer: CheckpointWriter | None, *, on_failure: Callable[[], object]) -> None:
-        self._handle, self._writer, self._on_failure = handle, writer, on_failure
-        self._pending: deque[tuple[asyncio.Future[None], EventData]] = deque()  # oldest first
-        self.failed = False
-
-    async def start(self, events: list[EventData]) -> None:
-        """Hand ``events`` over on a worker thread; waits only while ``BATCHES_IN_FLIGHT`` are under way."""
-        while len(self._pending) >= BATCHES_IN_FLIGHT:
-            await asyncio.wait([self._pending[0][0]])
-            self._retire()
-        if self.failed:
-            raise NotStored("an earlier batch of this partition was not stored")
-        delivering = asyncio.ensure_future(asyncio.to_thread(self._handle, events))
-        self._pending.append((delivering, events[-1]))
-        delivering.add_done_callback(self._retire)
-
-    def _retire(self, _: object = None) -> None:
-        while self._pending and self._pending[0][0].done():
-            delivering, last = self._pending.popleft()
-            if self.failed:
-                continue
-            if delivering.cancelled() or delivering.exception() is not None:
-                self.failed = True
-                self._on_failure()
-            elif self._writer is not None:
-                self._writer.stored(last)  # strictly after deliver returned: stored (or dead-lettered)
-
-    async def settle(self, timeout: float = 30.0) -> None:
-        """Let the batches under way finish (a stop does not abandon one mid-insert), then write the checkpoint."""
-        if self._pending:
-            await asyncio.wait([delivering for delivering, _ in self._pending], timeout=timeout)
-        self._retire()
-        if self._writer is not None:
-            await self._writer.close()
-
-
-class NotStored(Exception):
-    """A batch after one that was not stored is not handed over (the receiver is ending)."""
-
-
 class PartitionReceiver:
     """Receives one partition on ``loop`` from ``position`` until stopped or until receiving fails."""
 
@@ -179,12 +125,16 @@ class PartitionReceiver:
         if self._closed:  # stopped before it started
             return
         writer = CheckpointWriter(checkpoint, scope) if checkpoint is not None else None
-        task = self._task
-        deliveries = Deliveries(handle, writer, on_failure=lambda: task.cancel() if task is not None else None)
+        inflight: list[tuple[asyncio.Future[None], EventData]] = []
 
         async def on_batch(events: list[EventData] | None) -> None:
             if events:
-                await deliveries.start(events)
+                delivering: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(handle, events))
+                inflight[:] = [(delivering, events[-1])]
+                await asyncio.shield(delivering)  # a stop waits for the batch rather than abandon it mid-insert
+                inflight.clear()
+                if writer is not None:
+                    writer.stored(events[-1])  # strictly after deliver returned: stored (or dead-lettered)
 
         consumer = client._create_consumer(  # the one SDK internal: see the module docstring
             scope["consumer_group"],
@@ -201,7 +151,7 @@ class PartitionReceiver:
         except Exception as error:  # noqa: BLE001 - the balancer starts a new receiver next round
             log.warning("partition receiver stopped", extra={"partition": self.partition, "error": repr(error)})
         finally:
-            await deliveries.settle()
+            await _settle(inflight, writer)
             await consumer.close()
 
     def alive(self) -> bool:
@@ -223,3 +173,17 @@ class PartitionReceiver:
             self._done.result(30)
         except Exception:
             log.debug("partition receiver ended with an error", exc_info=True)
+
+
+async def _settle(inflight: list[tuple[asyncio.Future[None], EventData]], writer: CheckpointWriter | None) -> None:
+    """Let a batch being delivered finish (checkpointed only if it was stored), then write the last checkpoint."""
+    for delivering, last in inflight:
+        try:
+            await asyncio.wait_for(asyncio.shield(delivering), 30)
+        except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001 - not stored: not checkpointed, read again
+            log.debug("the batch being delivered at the stop was not stored", extra={"error": repr(error)})
+            continue
+        if writer is not None:
+            writer.stored(last)
+    if writer is not None:
+        await writer.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 from azure.eventhub import EventData
 
-from ingest.eh_receiver import START_OF_RETENTION, CheckpointWriter, Deliveries, start_position
+from ingest.eh_receiver import START_OF_RETENTION, CheckpointWriter, start_position
 
 SCOPE = {"fully_qualified_namespace": "ns", "eventhub_name": "hub", "consumer_group": "cg", "partition_id": "1"}
 
@@ -53,35 +53,3 @@ def test_the_writer_writes_positions_in_order_and_the_newest_last_and_close_wait
     assert numbers == sorted(numbers) and numbers[-1] == 4
     assert numbers == [1, 4]  # the positions stored while a write was under way collapse into the newest
     assert all(c["partition_id"] == "1" and c["offset"] == str(c["sequence_number"] * 100) for c in written)
-
-
-def test_checkpoints_follow_the_stored_prefix_and_stop_at_a_batch_that_was_not_stored() -> None:
-    """Batches 1 and 2 overlap; 2 is stored first, 3 fails, 4 was stored: only 2 (after 1) is checkpointed."""
-    written: list[int] = []
-    gates = {n: threading.Event() for n in (1, 2, 3, 4)}
-    failures: list[str] = []
-
-    def handle(events: list[EventData]) -> None:
-        number = events[-1].sequence_number
-        gates[number].wait(5)
-        if number == 3:
-            raise RuntimeError("not stored")
-
-    async def scenario() -> None:
-        writer = CheckpointWriter(lambda c: written.append(c["sequence_number"]), SCOPE)
-        deliveries = Deliveries(handle, writer, on_failure=lambda: failures.append("ended"))
-        await deliveries.start([_event(1)])
-        await deliveries.start([_event(2)])  # two in flight: returns at once
-        gates[2].set()
-        await asyncio.sleep(0)  # 2 is stored before 1: nothing may be checkpointed yet
-        assert written == []
-        gates[1].set()
-        await deliveries.start([_event(3)])  # waits for 1, the oldest, to leave room
-        gates[3].set()
-        await deliveries.start([_event(4)])
-        gates[4].set()
-        await deliveries.settle()
-
-    asyncio.run(scenario())
-    assert written and written[-1] == 2 and written == sorted(written)
-    assert failures == ["ended"]
