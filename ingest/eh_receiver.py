@@ -7,8 +7,9 @@ and lists every checkpoint again, each time a partition is opened. The source al
 worker restarted after a crash waits for all of it before the first batch. So the receiver creates the
 partition consumer the ``EventProcessor`` would have made, with the same arguments (owner level 0, as the
 SDK sets with a checkpoint store; the checkpoint's offset, exclusive, else the beginning of retention), and
-runs its batch receive. ``EventHubConsumerClient._create_consumer`` is the one SDK internal this relies on
-(unchanged since azure-eventhub 5.0).
+runs its batch receive. ``EventHubConsumerClient._create_consumer`` is the SDK internal this relies on
+(unchanged since azure-eventhub 5.0); ``ingest.eh_open`` opens the link without the SDK's 50 ms sleeps, and
+falls back to the SDK's own opening if its internals ever differ.
 
 Checkpoints are written by a task of their own, strictly after the batch was handed over and stored: the
 next batch no longer waits behind a blob write. Only the newest stored position is written (an older one
@@ -31,6 +32,7 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient
 
 from ingest.eh_async import LoopThread
+from ingest.eh_open import open_promptly
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ class PartitionReceiver:
                 if writer is not None:
                     writer.stored(events[-1])  # strictly after deliver returned: stored (or dead-lettered)
 
-        consumer = client._create_consumer(  # the one SDK internal: see the module docstring
+        consumer = client._create_consumer(  # an SDK internal: see the module docstring
             scope["consumer_group"],
             self.partition,
             position,
@@ -145,6 +147,7 @@ class PartitionReceiver:
             owner_level=0,
         )
         try:
+            await open_promptly(consumer)  # else receive() opens it, 50 ms per handshake frame
             await consumer.receive(True, max_batch_size, max_wait_time)
         except asyncio.CancelledError:
             pass  # stopped
