@@ -109,7 +109,7 @@ def trace_links(deliveries: Sequence[Delivery]) -> list[Link]:
 
 
 class EventHubsSource:
-    """``ingest.source.Source`` over one ``EventHubConsumerClient.receive_batch`` per owned partition."""
+    """``ingest.source.Source`` over one SDK partition consumer per owned partition (``ingest.eh_receiver``)."""
 
     def __init__(
         self,
