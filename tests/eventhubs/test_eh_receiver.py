@@ -1,4 +1,4 @@
-"""The partition receiver's checkpoint rules: where a partition resumes, and which positions get written."""
+"""The partition receiver: where a partition resumes, which positions get written, how its link is opened."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
 from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubConsumerClient
 
+from ingest.eh_open import open_promptly
 from ingest.eh_receiver import START_OF_RETENTION, CheckpointWriter, start_position
+from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 
 SCOPE = {"fully_qualified_namespace": "ns", "eventhub_name": "hub", "consumer_group": "cg", "partition_id": "1"}
 
@@ -53,3 +57,27 @@ def test_the_writer_writes_positions_in_order_and_the_newest_last_and_close_wait
     assert numbers == sorted(numbers) and numbers[-1] == 4
     assert numbers == [1, 4]  # the positions stored while a write was under way collapse into the newest
     assert all(c["partition_id"] == "1" and c["offset"] == str(c["sequence_number"] * 100) for c in written)
+
+
+@pytest.mark.slow
+def test_the_prompt_open_opens_a_real_consumer_and_steps_aside_for_anything_else(endpoint: EventHubsEndpoint) -> None:
+    """Against the AMQP endpoint the SDK's consumer ends up open; an object it does not know is left to the SDK."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        client = EventHubConsumerClient.from_connection_string(endpoint.connection_string(), consumer_group="$Default")
+
+        async def ignore(events: Any) -> None:
+            return None
+
+        consumer = client._create_consumer("$Default", "0", START_OF_RETENTION, ignore, owner_level=0)
+        try:
+            opened = await open_promptly(consumer)
+            running = bool(consumer.running)
+        finally:
+            await consumer.close()
+            await client.close()
+        return opened, running, await open_promptly(object())
+
+    opened, running, stranger = asyncio.run(scenario())
+    assert opened and running
+    assert stranger is False
