@@ -22,6 +22,7 @@ from collector.settings import CollectorSettings
 from dashboards import report
 from demo.compare import Check, compare, compare_downtime, fault_domain_checks, fault_domain_truth
 from demo.fleetrun import FleetRun, start
+from demo.processes import answers_heard
 from ingest import queries
 from ingest.errors import IngestError
 from ingest.output import table
@@ -140,6 +141,8 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
     events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
     truth = run.sim.truth()
     served = {vm: run.sim.served(vm) for vm in run.sim.vm_names}
+    if run.downtimes is not None:
+        served = answers_heard(served, run.downtimes.applied)
     # each VM's availability set or scale set as the simulator built the fleet: the truth of the scoped FDs
     groups = {vm.name: vm.group for vm in run.sim.engine.vms.values()}
     checks = compare(events, truth, tolerance_s=poll_interval + 0.25, served=served, groups=groups)

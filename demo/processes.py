@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 
 PROCESS_START_S: Final = 120.0  # dozens of Python processes starting at once on a busy two-core machine
 WATCH_S: Final = 0.02  # how often the simulator's downtime is looked at (the precision of the signals)
+# Around a reboot, answers no collector read: one the killed process had in flight (answered just before the
+# kill, or held while the VM was down and answered as it came back), and none can reach the restarted process
+# before its interpreter has started and imported the collector.
+IN_FLIGHT: Final = timedelta(seconds=0.05)
+RESTART_FLOOR: Final = timedelta(seconds=0.2)
 BOOT_ID_FILE: Final = "boot_id"  # in each collector's state dir: the VM's boot id, as the collector reads it
 LOG_FILE: Final = "collector.log"
 
@@ -215,3 +221,20 @@ class Downtimes:
             if applied is not None:
                 self._end(applied, self.collectors[vm])
         self._open.clear()
+
+
+def answers_heard(served: Mapping[str, Sequence[datetime]], applied: Iterable[Applied]) -> dict[str, list[datetime]]:
+    """``served`` (VM -> when the simulator answered it) without the answers a rebooted VM's collector never read.
+
+    What a collector could know is bounded by the answers it read; an answer that went to a killed process
+    would otherwise make a later observation look late. Dropping one only widens a window, never narrows it.
+    """
+    lost: dict[str, list[tuple[datetime, datetime]]] = {}
+    for a in applied:
+        if a.span.how == "reboot":
+            back = a.up_at if a.up_at is not None else datetime.max.replace(tzinfo=UTC) - RESTART_FLOOR
+            lost.setdefault(a.span.vm_name, []).append((a.down_at - IN_FLIGHT, back + RESTART_FLOOR))
+    return {
+        vm: [t for t in times if not any(low <= t <= high for low, high in lost.get(vm, ()))]
+        for vm, times in served.items()
+    }

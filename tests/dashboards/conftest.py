@@ -14,7 +14,7 @@ import pytest
 
 from collector.outbox import Outbox
 from demo.compare import Window, observation_windows
-from demo.processes import Downtimes, start_collectors
+from demo.processes import Downtimes, answers_heard, start_collectors
 from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
@@ -80,7 +80,7 @@ def _run_fleet(state: Path) -> dict[str, Any]:
         names = sim.vm_names
         groups = {vm.name: vm.group for vm in sim.engine.vms.values()}
         down = {(d.event_id, d.vm_name): d.down_s for d in sim.downtime()}
-        served = {name: sim.served(name) for name in names}
+        served = answers_heard({name: sim.served(name) for name in names}, downtimes.applied)
         real_down_s = {
             (a.span.event_id, a.span.vm_name): (a.up_at - a.down_at).total_seconds()
             for a in downtimes.applied

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from demo import synthetic
 from demo.compare import compare, compare_downtime, fault_domain_checks, fault_domain_truth, observation_windows
+from demo.processes import Applied, answers_heard
 from ingest.decode import Limits, decode_values
 from ingest.handler import prepare
 from ingest.rows import insert_token
@@ -156,6 +157,21 @@ def test_compare_downtime_holds_the_measurement_to_what_was_really_done_when_kno
     early = ours(observed_impact_s=7.1, impacted_vms=2)
     checks = compare_downtime([early], truth, measured, [pause], tolerance_s=1.0, done=done)
     assert {c.field for c in checks if not c.ok} == {"observed_impact_s"}
+
+
+def test_answers_a_killed_collector_never_read_do_not_count_as_heard() -> None:
+    """Around a reboot (killed at 10 s, started again at 15 s) the answers from just before the kill until the
+    restarted process could first ask are dropped; a pause's answers, and other VMs', are all kept."""
+    at = [BASE + timedelta(seconds=s) for s in (9.0, 9.98, 12.0, 15.05, 15.6, 16.0)]
+    reboot = DownSpan("vm-b", "E-1", "reboot", BASE, BASE + timedelta(seconds=5), "reboot")
+    pause = DownSpan("vm-c", "", "pause-0", BASE, BASE + timedelta(seconds=3), "pause")
+    applied = [
+        Applied(reboot, BASE + timedelta(seconds=10), BASE + timedelta(seconds=15)),
+        Applied(pause, BASE + timedelta(seconds=10), BASE + timedelta(seconds=15)),
+    ]
+    heard = answers_heard({"vm-b": at, "vm-c": at, "vm-a": at}, applied)
+    assert heard["vm-b"] == [at[0], at[4], at[5]]
+    assert heard["vm-c"] == heard["vm-a"] == at
 
 
 # Two availability sets, each hit on its FD 0 by its own event (as the demo's web and api are).
