@@ -78,17 +78,11 @@ def _ts(moment: datetime) -> str:
 
 def transitions_sql(fleet: Fleet, first: int, count: int) -> str:
     """Events ``first`` .. ``first + count - 1``: 3 transitions per VM of the event's set, none after now."""
-    span_ms = int(fleet.days * 86_400_000)
-    start = _ts(fleet.now - timedelta(days=fleet.days))
-    tail = fleet.events - len(ACTIVE_TAIL)
     return f"""
 INSERT INTO sevents.transitions (transition_id, record_id, schema_version, record_type, seq, observed_at, api_version,
- collector_version, vm_id, vm_name, location, subscription_id, resource_group, resource_id, zone, fault_domain,
- update_domain, scale_set, event_id, incarnation, kind, status, prev_status, prev_observed_at, event_type,
+ {VM_COLUMNS}, event_id, incarnation, kind, status, prev_status, prev_observed_at, event_type,
  resource_type, resources, affects_this_vm, not_before, description, event_source, duration_s, changed_fields, anomaly)
-SELECT tid, tid, 1, 'transition', e * 3 + k + 1, obs, '2020-07-01', 'bench', vm_id, vm_name, 'westeurope',
- '11111111-2222-3333-4444-555555555555', concat('rg-', toString(s % 20)), '', '', toUInt16(vi % 3), toUInt16(vi % 5),
- if(s % 2 = 0, concat('vmss-', toString(s)), ''), event_id, toInt64(e * 3 + k + 1),
+SELECT tid, tid, 1, 'transition', e * 3 + k + 1, obs, '2020-07-01', {VM_VALUES}, event_id, toInt64(e * 3 + k + 1),
  ['appeared', 'status_changed', 'disappeared'][k + 1], ['Scheduled', 'Started', ''][k + 1],
  ['', 'Scheduled', 'Started'][k + 1], if(k = 0, NULL, obs - toIntervalSecond(600)), etype, 'VirtualMachine',
  arrayMap(i -> concat('set', toString(s), '-vm', toString(i)), range({SET_SIZE})), true,
@@ -97,24 +91,15 @@ SELECT tid, tid, 1, 'transition', e * 3 + k + 1, obs, '2020-07-01', 'bench', vm_
 FROM
 (
     SELECT
-        intDiv(number, {SET_SIZE * 3}) + {first} AS e,
-        intDiv(number % {SET_SIZE * 3}, 3) AS vi,
-        number % 3 AS k,
-        e % {fleet.sets} AS s,
-        concat('set', toString(s), '-vm', toString(vi)) AS vm_name,
-        lower(hex(cityHash64('vm', s, vi))) AS vm_id,
-        lower(hex(cityHash64('event', e))) AS event_id,
-        if(e >= {tail}, {list(ACTIVE_TAIL)}[e - {tail} + 1],
-           multiIf(e % 20 = 0, 'Reboot', e % 50 = 1, 'Redeploy', 'Freeze')) AS etype,
-        -- the last events were announced in the last half hour, so some are Scheduled and some Started now
-        if(e >= {tail}, {_ts(fleet.now)} - toIntervalMinute(({fleet.events} - e) * 6),
-           {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events}))) AS t0,
+        *,
+        k,
         -- appeared, Started 15 minutes later (at NotBefore; an approved Reboot or Redeploy 10 minutes before it),
         -- gone 10 minutes after that; the VMs of a set a few ms apart
         t0 + toIntervalMillisecond(
-            vi * 7 + if(e < {tail} AND {_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS obs,
+            vi * 7 + if(ended AND {_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS obs,
         lower(hex(cityHash64(vm_id, event_id, k))) AS tid
-    FROM numbers({count * SET_SIZE * 3})
+    FROM ({_event_vms(fleet, first, count, SET_SIZE)})
+    ARRAY JOIN CAST([0, 1, 2], 'Array(UInt64)') AS k
 )
 WHERE obs <= {_ts(fleet.now)}
 """
@@ -137,8 +122,8 @@ VM_VALUES = (
 
 
 def _event_vms(fleet: Fleet, first: int, count: int, per_event: int) -> str:
-    """Rows (e, slot, vi, s, vm_name, vm_id, event_id, etype, t0): ``per_event`` slots of each ended event, slot
-    ``n`` on the VM ``n % SET_SIZE`` of its set."""
+    """Rows (e, slot, vi, s, vm_name, vm_id, event_id, etype, t0, ended): ``per_event`` slots of each event, slot
+    ``n`` on the VM ``n % SET_SIZE`` of its set; ``ended`` is false for the last events, still under way now."""
     span_ms = int(fleet.days * 86_400_000)
     start = _ts(fleet.now - timedelta(days=fleet.days))
     tail = fleet.events - len(ACTIVE_TAIL)
@@ -151,10 +136,13 @@ def _event_vms(fleet: Fleet, first: int, count: int, per_event: int) -> str:
         concat('set', toString(s), '-vm', toString(vi)) AS vm_name,
         lower(hex(cityHash64('vm', s, vi))) AS vm_id,
         lower(hex(cityHash64('event', e))) AS event_id,
-        multiIf(e % 20 = 0, 'Reboot', e % 50 = 1, 'Redeploy', 'Freeze') AS etype,
-        {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events})) AS t0
-    FROM numbers({count * per_event})
-    WHERE e < {tail}"""
+        e < {tail} AS ended,
+        if(ended, multiIf(e % 20 = 0, 'Reboot', e % 50 = 1, 'Redeploy', 'Freeze'),
+           {list(ACTIVE_TAIL)}[e - {tail} + 1]) AS etype,
+        -- the last events were announced in the last half hour, so some are Scheduled and some Started now
+        if(ended, {start} + toIntervalMillisecond(intDiv(e * {span_ms}, {fleet.events})),
+           {_ts(fleet.now)} - toIntervalMinute(({fleet.events} - e) * 6)) AS t0
+    FROM numbers({count * per_event})"""
 
 
 def impacts_sql(fleet: Fleet, first: int, count: int) -> str:
@@ -174,7 +162,7 @@ FROM
         if(etype = 'Freeze' OR unannounced, 5000 + vi * 10, 90000 + vi * 100) AS ms,
         lower(hex(cityHash64('impact', vm_id, event_id, unannounced))) AS iid
     FROM ({_event_vms(fleet, first, count, SET_SIZE + 1)})
-    WHERE slot < {SET_SIZE} OR e % 100 = 7
+    WHERE ended AND (slot < {SET_SIZE} OR e % 100 = 7)
 )
 WHERE began + toIntervalMillisecond(ms) <= {_ts(fleet.now)}
 """
@@ -196,6 +184,7 @@ FROM
         t0 + toIntervalMillisecond(vi * 7 + if(covered, 280000, 0) + 100) AS decided,
         lower(hex(cityHash64('approval', vm_id, event_id))) AS aid
     FROM ({_event_vms(fleet, first, count, SET_SIZE)})
+    WHERE ended
 )
 WHERE decided <= {_ts(fleet.now)}
 """
