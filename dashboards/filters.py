@@ -21,7 +21,7 @@ EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 SILENT_AFTER_S: Final = 300  # a collector without a heartbeat for five minutes counts as silent
 # An (event, VM) pair unchanged this long is stale, and events are found through this many days of rollup
 # parts before a range (IMDS announces at most about 7 days ahead); the same figure as in migration 0006.
-LOOKBACK_DAYS: Final = 30
+LOOKBACK_DAYS: Final = queries.LOOKBACK_DAYS
 
 # (variable name, label, column in tables that carry the observing VM's identity)
 VM_VARIABLES: Final = (
@@ -81,6 +81,8 @@ ACTIVE_IDS: Final = f"SELECT event_id FROM {DB}.active_events"
 FIRST_SEEN_IDS: Final = (
     f"SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime AND first_seen_at <= $__toTime"
 )
+# An event that started in the range was observed in it: one of its rollup rows has activity in the range.
+STARTED_IDS: Final = FIRST_SEEN_IDS
 # Of the events last seen before the range, only one still open can overlap it. Every open event has a
 # rollup row of the active horizon (30 days) with an open (event, VM) entry, so these rows are a superset of
 # them: overlapping_range() drops the few that are closed (their parts not merged yet) once their lifecycle is
@@ -99,7 +101,18 @@ OVERLAPPING_IDS: Final = (
 
 def since(ids: str, view: str = "events") -> str:
     """``events`` or ``event_vms``, only the events ``ids`` selects, read from the first day of those events on."""
-    return queries.since(ids, view, f"{DB}.")
+    return queries.since(ids, view, f"{DB}.", rows_after=_rows_after(ids))
+
+
+# No rollup row of an event a panel can show is older than its first observation, at most LOOKBACK_DAYS before
+# the event's last activity: before the range (or the active horizon, if earlier) by that much, or for the
+# active set, twice the horizon. The search for the events' first day reads no part older than that.
+RANGE_ROWS_AFTER: Final = f"least($__fromTime, now64(3) - INTERVAL {LOOKBACK_DAYS} DAY) - INTERVAL {LOOKBACK_DAYS} DAY"
+ACTIVE_ROWS_AFTER: Final = f"now64(3) - INTERVAL {2 * LOOKBACK_DAYS} DAY"
+
+
+def _rows_after(ids: str) -> str:
+    return ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER
 
 
 def scoped(ids: str) -> str:
@@ -107,7 +120,7 @@ def scoped(ids: str) -> str:
 
     Per-domain figures group by ``fault_set_id`` with the domain: FD 0 of two sets is two rows.
     """
-    return queries.scoped(ids, f"{DB}.")
+    return queries.scoped(ids, f"{DB}.", rows_after=_rows_after(ids))
 
 
 def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
@@ -115,17 +128,22 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 
     For per-domain figures: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
     """
-    return queries.hit_domains(keep, f"{DB}.", keys=keys)
+    return queries.hit_domains(keep, f"{DB}.", keys=keys, rows_after=RANGE_ROWS_AFTER)
 
 
 def event_sets(ids: str) -> str:
     """Per event: ``availability_set`` (join by ``event_id``; a row's set: scale_set, else that)."""
-    return queries.event_sets(ids, f"{DB}.")
+    return queries.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
 
 
 def active() -> str:
     """Only the active set (with ``since(ACTIVE_IDS)``)."""
     return "outcome = 'active'"
+
+
+def started_in_range() -> str:
+    """Events that started in the dashboard's range (with ``since(STARTED_IDS)``)."""
+    return "started_at IS NOT NULL AND $__timeFilter(started_at)"
 
 
 def first_seen_in_range() -> str:

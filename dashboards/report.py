@@ -34,11 +34,11 @@ SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name,
        v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
        v.observed_impact_s AS observed_impact_s
 FROM """
-    + queries.scoped(queries.WINDOW_IDS)
+    + queries.scoped(queries.WINDOW_IDS, rows_after=queries.WINDOW_ROWS_AFTER)
     + """ AS v
 WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
-    + queries.since(queries.WINDOW_IDS)
+    + queries.since(queries.WINDOW_IDS, rows_after=queries.WINDOW_ROWS_AFTER)
     + """
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
 ORDER BY fault_set, fault_domain, vm_name, first_seen_at, event_id

@@ -41,23 +41,36 @@ class Result:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
+# IMDS keeps no event this long: every row of an event was written at most this many days before its last
+# activity (the same figure as the active horizon of migration 0006).
+LOOKBACK_DAYS = 30
+
 # The events first seen in [since, until): found through the parts of event_rollup that cover the window.
 WINDOW_IDS = (
     "SELECT event_id FROM event_rollup "
     "WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
+# No rollup row of an event active in the window is older than this (``rows_after`` of ``since``).
+WINDOW_ROWS_AFTER = f"{{since:DateTime64(3, 'UTC')}} - INTERVAL {LOOKBACK_DAYS} DAY"
 ONE_ID = "SELECT {event_id:String}"
 
 
-def since(ids: str, view: str = "events", db: str = "", columns: str = "*") -> str:
+def _rows_after(bound: str) -> str:
+    return f"last_seen_at >= {bound} AND " if bound else ""
+
+
+def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "") -> str:
     """``events`` or ``event_vms`` restricted to the events ``ids`` selects, read from their first day on.
 
     A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
     both bounds the rollup parts read and filters the rows, so callers need not repeat ``event_id IN (ids)``.
     ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
+    ``rows_after``: a time (SQL) before which no rollup row of those events was written (none was observed
+    before it), so that the search for their first day skips older parts; empty searches the whole history.
     """
     picked = (
-        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup WHERE event_id IN ({ids})"
+        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
+        f"WHERE {_rows_after(rows_after)}event_id IN ({ids})"
     )
     return (
         f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) "
@@ -100,12 +113,13 @@ def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
     return f"concat({fault_set}, ' / {kind} ', ifNull(toString({number}), '?'))"
 
 
-def scoped(ids: str, db: str = "") -> str:
+def scoped(ids: str, db: str = "", rows_after: str = "") -> str:
     """``event_vms`` of the events ``ids`` selects (like ``since``), each VM with the set its domains belong to.
 
     Adds ``fault_set`` (label), ``fault_set_id`` (identity: group by it), ``fault_domain_label`` and
     ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
-    the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
+    the event before the caller filters rows, so picking one VM leaves its set's label unchanged. ``rows_after``
+    as for ``since``.
     """
     # the availability set (or standalone VM) of the event: its VMs outside scale sets (a collector without its
     # identity yet reports no name: left out)
@@ -113,7 +127,7 @@ def scoped(ids: str, db: str = "") -> str:
     window = (
         f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
         f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
-        f"FROM {since(ids, 'event_vms', db)} WINDOW w AS (PARTITION BY event_id)"
+        f"FROM {since(ids, 'event_vms', db, rows_after=rows_after)} WINDOW w AS (PARTITION BY event_id)"
     )
     return (
         f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
@@ -124,7 +138,7 @@ def scoped(ids: str, db: str = "") -> str:
     )
 
 
-def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
+def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after: str = "") -> str:
     """The downtime VMs measured (``impacts``), one row per (event, set, fault domain[, ``keys``]).
 
     ``keep`` selects impact rows (a time range, filters on the VM's columns); rows of no event (unannounced) are
@@ -133,6 +147,7 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
     ``domain_label``, identity ``fault_set_id`` (group by it and ``domain_``): the set comes from the event's own
     rollup row (its VMs outside scale sets, as ``scoped`` finds them), so the cost follows the downtime shown,
     not the event's VMs. ``keys`` are more grouping expressions over impact rows (``expr AS alias``).
+    ``rows_after`` bounds the search for the events' rollup rows as for ``since``.
     """
     extra = "".join(f", {key}" for key in keys)
     aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
@@ -150,7 +165,7 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
     sets = (
         f"SELECT event_id, minIfMerge(set_first) AS {SET_FIRST}, maxIfMerge(set_last) AS {SET_LAST}, "
         f"minIfMerge(set_key) AS {SET_KEY} FROM {db}event_rollup "
-        f"WHERE event_id IN ({hit_events}) GROUP BY event_id"
+        f"WHERE {_rows_after(rows_after)}event_id IN ({hit_events}) GROUP BY event_id"
     )
     return (
         f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
@@ -161,17 +176,17 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = ()) -> str:
     )
 
 
-def event_sets(ids: str, db: str = "") -> str:
+def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
     """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
 
     For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
     is ``if(scale_set != '', scale_set, availability_set)``. The events view computes it (migration 0009).
     """
-    return since(ids, "events", db, "event_id, availability_set")
+    return since(ids, "events", db, "event_id, availability_set", rows_after)
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS)} "
+    f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -322,12 +337,12 @@ SELECT v.fault_set AS fault_set,
        avgOrNull(v.observed_impact_s) AS avg_observed_impact_s,
        maxOrNull(v.observed_impact_s) AS max_observed_impact_s
 FROM """
-    + scoped(WINDOW_IDS)
+    + scoped(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)
     + """ AS v
 INNER JOIN
 (
     SELECT event_id, first_seen_at FROM """
-    + since(WINDOW_IDS)
+    + since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)
     + """
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
