@@ -54,15 +54,15 @@ def panels() -> list[g.Panel | g.Row]:
             "duration_s AS announced_s, observed_impact_s AS observed_s, "
             "if(duration_s IS NULL OR duration_s < 0 OR observed_impact_s IS NULL, NULL, "
             "observed_impact_s - duration_s) AS overrun_s, started_to_gone_s, affected_vm_count AS affected, "
-            f"impacted_vms AS hit FROM {f.since(f.STARTED_IDS)} WHERE {f.started_in_range()} AND {f.event_filter()} "
+            f"impacted_vms AS hit, {f.fmt_list('fault_domain_labels')} AS fault_domains "
+            f"FROM {f.since(f.STARTED_IDS)} WHERE {f.started_in_range()} AND {f.event_filter()} "
             "ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
             description="The events that started in the range (when their VMs go down). "
             "Announced: DurationInSeconds (-1 unknown, empty before API 2020-07-01). "
             "Observed: the longest downtime a VM of the event measured on itself; hit: how many VMs measured one. "
-            "started_to_gone_s: first Started to gone on the last VM (an event stays Started long after its pause). "
-            "The fault domains hit are in the panels above (and each event's in the timeline's Events).",
+            "started_to_gone_s: first Started to gone on the last VM (an event stays Started long after its pause).",
             field_config={"overrides": [event_link_override()]},
         ),
         g.Panel(

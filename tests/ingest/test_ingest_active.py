@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dashboards.alerts import RULES
+from dashboards.filters import ACTIVE_IDS, since
 
 
 def _now() -> datetime:
@@ -124,3 +125,18 @@ def test_retired_vms_are_apart_and_release_their_events(ch: Any, db: str) -> Non
     assert active == {"E-quiet"}
     outcomes = dict(ch.query(f"SELECT event_id, outcome FROM {db}.events").result_rows)
     assert outcomes["E-old"] == "cancelled" and outcomes["E-quiet"] == "active"
+
+
+def test_an_event_announced_weeks_ago_is_read_whole(ch: Any, db: str) -> None:
+    """Panels look for an event's first day in recent rollup parts only (for the active set, twice the 30-day
+    horizon back): an event announced 20 days ago and started now is still read from its first observation."""
+    _transition(db, ch, "a", 0, "appeared", "Scheduled", 20 * 86400, not_before=_now() + timedelta(days=1))
+    _transition(db, ch, "b", 0, "status_changed", "Started", 60)
+    _transition(db, ch, "c", 1, "appeared", "Scheduled", 200 * 86400, event_id="E-long-gone")
+    sql = f"SELECT event_id, first_seen_at, started_at, transitions FROM {since(ACTIVE_IDS)}"
+    rows = ch.query(sql.replace("sevents.", f"{db}.")).result_rows
+    first, started = ch.query(
+        f"SELECT min(observed_at), max(observed_at) FROM {db}.transitions WHERE event_id = 'E-reboot'"
+    ).result_rows[0]
+    assert rows == [("E-reboot", first, started, 2)]
+    assert _now() - first.replace(tzinfo=UTC) > timedelta(days=19), "the first observation, not a later one"
