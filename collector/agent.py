@@ -16,6 +16,7 @@ Errors::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -38,7 +39,7 @@ from collector.imds import ImdsClient, ImdsError, ImdsInterrupted, ImdsResponse
 from collector.instance import InstanceCache
 from collector.liveness import AliveFile, Ticker
 from collector.metrics import CollectorMetrics
-from collector.model import Document, Downtime, Snapshot, Transition
+from collector.model import Document, Downtime, Snapshot, Transition, VmIdentity
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, Outbox, OutboxError, OutboxFull
 from collector.pending import Pending
 from collector.settings import CollectorSettings
@@ -131,6 +132,8 @@ class Agent:
         self._drops_at_start = self.outbox.drops()
         self._pending = Pending(parts.snapshot)  # while commits fail, self._snapshot runs ahead of the disk
         self._instance_worker: threading.Thread | None = None
+        self._recorded_as = parts.instance.identity  # the identity of the last records committed
+        self._identity_awaited = False  # the first poll waited for the identity (``_identity_for_poll``)
         self._downtimes_lock = threading.Lock()
         self._downtimes: list[Downtime] = [] if parts.rebooted is None else [parts.rebooted]
         # the snapshots of recent commits (committed at, snapshot): which events were Started when a downtime began
@@ -167,20 +170,42 @@ class Agent:
 
     def _poll(self, stop: threading.Event) -> list[dict[str, Any]]:
         self._identity_for_poll(stop)
+        vm = self.instance.identity  # one identity for the whole poll, whatever the refresh thread learns meanwhile
         response = self._fetch(stop)
         document = self._decode(response)
-        prev = align(self._snapshot, document, response.api_version)
+        base, farewell = self._baseline(vm)
+        prev = align(base, document, response.api_version)
         snapshot, transitions = diff(prev, document, self._clock())
         snapshot = stamp(snapshot, response.api_version)
+        if snapshot.vm_id != vm.vm_id:
+            snapshot = dataclasses.replace(snapshot, vm_id=vm.vm_id)
         with self._downtimes_lock:
             downtimes = list(self._downtimes)
         if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
             self._approve(stop)
             return []
-        committed = self._commit(snapshot, transitions, response.api_version, downtimes)
+        committed = self._commit(snapshot, transitions, response.api_version, downtimes, vm, farewell)
         self._approve(stop)
         return committed
+
+    def _baseline(self, vm: VmIdentity) -> tuple[Snapshot, list[dict[str, Any]]]:
+        """The snapshot to diff against, and the records that close the previous identity's if it was another VM.
+
+        Records made as another VM id (the stand-in before instance metadata first answered, or an identity kept
+        in a state dir now on another VM) would leave that id's (event, VM) entries open: their events would never
+        end there. That id says its last word (a final heartbeat: retired once silent), and this VM records every
+        event it sees from now on, as a collector starting afresh does.
+        """
+        last = self._snapshot
+        if not last.vm_id or last.vm_id == vm.vm_id:
+            return last, []
+        previous = self._recorded_as if self._recorded_as.vm_id == last.vm_id else VmIdentity(last.vm_id, vm_name="")
+        log.warning(
+            "VM identity changed: the previous one is closed, events are recorded afresh",
+            extra={"previous_vm_id": previous.vm_id, "vm_id": vm.vm_id, "events": len(last.events)},
+        )
+        return Snapshot.empty(), [self._heartbeat_record(previous, final=True)]
 
     def _approve(self, stop: threading.Event) -> None:
         """Offer what is committed (never what the outbox refused) to the approval policy."""
@@ -189,13 +214,19 @@ class Agent:
             approver.offer(self._snapshot, self.instance.identity, stop)
 
     def _identity_for_poll(self, stop: threading.Event) -> None:
-        """Without the worker (``once``, harnesses): refresh when due. With it: before the first poll, wait for
-        its first try (at most one request long), so a healthy VM never records the fallback identity."""
+        """Without the worker (``once``, harnesses): refresh when due. With it, before the first poll only: if
+        the identity is not known yet, wait for it up to ``request_timeout`` (the worker retries within it), so
+        that a VM whose instance metadata fails once, or answers slowly under load, does not record its first
+        events as the stand-in. Events stay in the document for minutes, so the wait misses none; past it, the
+        polls go on as the stand-in until the identity is known (see ``_baseline``)."""
         if self._instance_worker is None:
             self.instance.refresh_if_due(stop)
             return
+        if self._identity_awaited or self.instance.known.is_set():
+            return
+        self._identity_awaited = True
         deadline = self._monotonic() + self.settings.request_timeout
-        while not self.instance.attempted.wait(0.05) and not stop.is_set() and self._monotonic() < deadline:
+        while not self.instance.known.wait(0.05) and not stop.is_set() and self._monotonic() < deadline:
             pass
 
     def _fetch(self, stop: threading.Event) -> ImdsResponse:
@@ -225,14 +256,20 @@ class Agent:
         return document
 
     def _commit(
-        self, snapshot: Snapshot, transitions: Sequence[Transition], api_version: str, downtimes: Sequence[Downtime]
+        self,
+        snapshot: Snapshot,
+        transitions: Sequence[Transition],
+        api_version: str,
+        downtimes: Sequence[Downtime],
+        vm: VmIdentity,
+        farewell: Sequence[dict[str, Any]] = (),
     ) -> list[dict[str, Any]]:
         """Store what earlier polls could not, then this poll's records, with the snapshot, in one transaction."""
-        vm = self.instance.identity
-        records = [
+        records = [*farewell]
+        records += [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
-        records += self._impact_records(downtimes, snapshot, api_version)
+        records += self._impact_records(downtimes, snapshot, api_version, vm)
         with self._downtimes_lock:  # handed to the commit: stored now, or held with the deferred records
             self._downtimes = [d for d in self._downtimes if d not in downtimes]
         batch = self._pending.batch(records)
@@ -246,6 +283,7 @@ class Agent:
         if self._pending.records:
             log.info("deferred transitions stored", extra={"count": len(self._pending.records)})
         self._snapshot = snapshot
+        self._recorded_as = vm
         self._committed.append((self._clock(), snapshot))
         self._pending.stored(snapshot)
         if self._alive_waiting is not None:  # the reboot's downtime is stored: the alive file may move on
@@ -266,9 +304,10 @@ class Agent:
         assert len(batch) == len(seqs), "the outbox returns one seq per record"
         return [{**r, "seq": s} for r, s in zip(batch, seqs)]
 
-    def _impact_records(self, downtimes: Sequence[Downtime], after: Snapshot, api_version: str) -> list[dict[str, Any]]:
+    def _impact_records(
+        self, downtimes: Sequence[Downtime], after: Snapshot, api_version: str, vm: VmIdentity
+    ) -> list[dict[str, Any]]:
         """The records of measured downtimes, each with the event of this VM Started across it (or none)."""
-        vm = self.instance.identity
         out = []
         for downtime in downtimes:
             before = snapshot_before(self._committed, downtime.began_at) or self._snapshot
@@ -325,11 +364,17 @@ class Agent:
 
         ``final``: the last heartbeat of a clean stop, so a silent VM can be told from one stopped on purpose.
         """
+        record = self._heartbeat_record(self.instance.identity, final=final)
+        seqs = self.outbox.commit([record], None)
+        self._refresh_outbox_metrics()
+        return {**record, "seq": seqs[0]} if seqs else None
+
+    def _heartbeat_record(self, vm: VmIdentity, *, final: bool) -> dict[str, Any]:
         current = self.outbox.drops()
         start = self._drops_at_start
         drops = {r: n - start.get(r, 0) for r, n in current.items() if n > start.get(r, 0)}
-        record = heartbeat_record(
-            self.instance.identity,
+        return heartbeat_record(
+            vm,
             observed_at=self._clock(),
             api_version=self.client.api_version,
             collector_version=COLLECTOR_VERSION,
@@ -344,9 +389,6 @@ class Agent:
             started_at=self.started_at,
             final=final,
         )
-        seqs = self.outbox.commit([record], None)
-        self._refresh_outbox_metrics()
-        return {**record, "seq": seqs[0]} if seqs else None
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -160,11 +160,12 @@ class InstanceCache:
         self._retry = retry
         self._store = store
         self._identity = fallback
-        self.attempted = threading.Event()  # set once the first fetch succeeded or failed
+        self.known = threading.Event()  # set once there is a real identity (stored, or fetched)
         if store is not None:
             stored = _stored(store)
             if stored is not None:
                 self._identity = stored
+                self.known.set()
 
     @property
     def identity(self) -> VmIdentity:
@@ -212,13 +213,12 @@ class InstanceCache:
             self._failures += 1
             self._next_try = self._monotonic() + self._retry.delay(self._failures)
             return False
-        finally:
-            self.attempted.set()
         self._failures = 0
         self._next_try = self._monotonic() + self._refresh_s
         if fresh != self._identity:
             log.info("VM identity", extra={"vm_id": fresh.vm_id, "vm_name": fresh.vm_name})
             self._identity = fresh
+            self.known.set()
             if self._store is not None:
                 try:
                     self._store.set_state(STATE_KEY, identity_to_json(fresh))

@@ -63,6 +63,7 @@ class Snapshot:
     ``incarnation`` is None until the first document was diffed. ``events`` keeps document order.
     ``observed_at`` is when the snapshot last changed. ``gone`` remembers the EventIds of the most recently
     disappeared events (oldest first, at most ``GONE_MEMORY``), so that one coming back is noticed.
+    ``vm_id`` is the VM its records were made as, so that a change of identity is noticed.
     """
 
     incarnation: int | None
@@ -70,6 +71,7 @@ class Snapshot:
     observed_at: datetime | None = None
     gone: tuple[str, ...] = ()
     api_version: str = ""  # the Scheduled Events api-version of the last document diffed ("" before any)
+    vm_id: str = ""  # "" before any record, and in snapshots written before it was kept
 
     @staticmethod
     def empty() -> Snapshot:
@@ -89,6 +91,7 @@ class Snapshot:
             "events": [{"since": _time_out(t.since), **_event_out(t.event)} for t in self.events],
             "gone": list(self.gone),
             "api_version": self.api_version,
+            "vm_id": self.vm_id,
         }
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -109,12 +112,16 @@ class Snapshot:
             api_version = body.get("api_version", "")  # absent in snapshots written before it was kept
             if not isinstance(api_version, str):
                 raise ValueError(f"bad api_version {api_version!r}")
+            vm_id = body.get("vm_id", "")
+            if not isinstance(vm_id, str):
+                raise ValueError(f"bad vm_id {vm_id!r}")
             return Snapshot(
                 incarnation=incarnation,
                 events=events,
                 observed_at=_time_in(body["observed_at"]),
                 gone=gone,
                 api_version=api_version,
+                vm_id=vm_id,
             )
         except (KeyError, TypeError, AttributeError, RecursionError) as e:
             raise ValueError(f"not a snapshot: {e!r}") from e

@@ -104,6 +104,7 @@ def diff(prev: Snapshot, doc: Document, observed_at: datetime) -> tuple[Snapshot
         observed_at=now if changed else prev.observed_at,
         gone=gone[-GONE_MEMORY:] if changed else prev.gone,
         api_version=prev.api_version,
+        vm_id=prev.vm_id,
     )
     return snapshot, tuple(out)
 

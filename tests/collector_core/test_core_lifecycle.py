@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime
 
@@ -226,6 +227,19 @@ def test_snapshot_from_json_rejects_garbage() -> None:
     for text in ["", "[]", "{}", '{"version": 99}', '{"version":1,"incarnation":"1","events":[],"observed_at":null}']:
         with pytest.raises(ValueError):
             Snapshot.from_json(text)
+
+
+def test_snapshot_keeps_the_vm_it_was_recorded_as() -> None:
+    """The VM id survives JSON and every diff; a snapshot saved before it was kept loads with none."""
+    snapshot, _ = diff(Snapshot.empty(), doc(1, event()), at(0))
+    snapshot = replace(snapshot, vm_id="vm-a")
+    assert Snapshot.from_json(snapshot.to_json()) == snapshot
+    assert diff(snapshot, doc(2), at(1))[0].vm_id == "vm-a"
+    older = json.loads(snapshot.to_json())
+    del older["vm_id"]
+    assert Snapshot.from_json(json.dumps(older)).vm_id == ""
+    with pytest.raises(ValueError, match="vm_id"):
+        Snapshot.from_json(json.dumps({**older, "vm_id": 7}))
 
 
 def test_event_coming_back_after_it_disappeared_is_an_anomaly() -> None:

@@ -22,7 +22,7 @@ def _snapshot_like() -> st.SearchStrategy[str]:
     event: dict[str, Any] = {"since": "2022-01-01T00:00:00+00:00", "event_id": "A", "event_type": "Freeze"}
     event |= {"resource_type": "VM", "resources": [], "status": "Scheduled", "not_before": None}
     event |= {"description": None, "event_source": None, "duration_s": None}
-    keys = ["version", "incarnation", "observed_at", "events", "gone"]
+    keys = ["version", "incarnation", "observed_at", "events", "gone", "api_version", "vm_id"]
     return st.builds(
         lambda k, v, ek, ev: json.dumps({**json.loads(good), "events": [{**event, ek: ev}], k: v}),
         st.sampled_from(keys),

@@ -84,6 +84,7 @@ class FakeImds:
         self.script: deque[Scripted] = deque()
         self.instance_status = 200  # e.g. 500: instance metadata down
         self.instance_delay = 0.0  # seconds before instance metadata answers
+        self.instance_failures = 0  # the next this many instance metadata requests fail with 500
         self.seen: list[Seen] = []
         self.lock = threading.Lock()
         self.open_connections: set[socket.socket] = set()
@@ -173,6 +174,10 @@ class FakeImds:
             return _reply(request, 200, json.dumps(document))
         if url.path == "/metadata/instance":
             time.sleep(self.instance_delay)
+            with self.lock:
+                failing, self.instance_failures = self.instance_failures > 0, max(0, self.instance_failures - 1)
+            if failing:
+                return _reply(request, 500, json.dumps({"error": "unavailable"}))
             if self.instance_status != 200:
                 return _reply(request, self.instance_status, json.dumps({"error": "unavailable"}))
             return _reply(request, 200, json.dumps(self.instance))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -83,22 +84,60 @@ def agent_rows(settings: CollectorSettings) -> list[OutboxRow]:
 
 
 def test_the_identity_is_learned_once_instance_metadata_recovers(imds: FakeImds, settings: CollectorSettings) -> None:
-    """Records carry the fallback while instance metadata fails, the real vmId once a try after its recovery read it."""
+    """Records carry the fallback while instance metadata fails. The poll that learns the real vmId closes the
+    stand-in (its final heartbeat) and records the events still present afresh, so every (event, VM) entry that
+    was opened also sees its event end."""
     imds.instance_status = 500
     imds.set_document(1, [event("e1")])
     agent = build_agent(dataclasses.replace(settings, retry_deadline=0.0))
+    real = INSTANCE["compute"]["vmId"]
     try:
-        assert agent.poll_once()[0]["vm_id"].startswith("unknown-")
+        [first] = agent.poll_once()
+        stand_in = first["vm_id"]
+        assert stand_in.startswith("unknown-") and first["kind"] == "appeared"
         imds.instance_status = 200
-        incarnation = 1
         deadline = time.monotonic() + 30
-        while agent.instance.identity.vm_id != INSTANCE["compute"]["vmId"]:
+        while agent.instance.identity.vm_id != real:
             assert time.monotonic() < deadline, "the identity was never fetched again"
-            incarnation += 1
-            imds.set_document(incarnation, [event(f"e{incarnation}")])
             records = agent.poll_once()
+            assert records == [] or agent.instance.identity.vm_id == real
             time.sleep(0.05)
-        # The poll that learned it already labels its records with it: identity is read before the diff.
-        assert {r["vm_id"] for r in records} == {INSTANCE["compute"]["vmId"]}
+        # The poll that learned it (identity is read before the diff): the stand-in's last word, then e1 afresh.
+        assert [(r["record_type"], r["vm_id"]) for r in records] == [("heartbeat", stand_in), ("transition", real)]
+        assert records[0]["final"] is True
+        assert (records[1]["kind"], records[1]["event_id"]) == ("appeared", "e1")
+        assert agent.poll_once() == []  # nothing more to say while the document stays the same
+        imds.set_document(2, [])
+        assert [(r["kind"], r["vm_id"]) for r in agent.poll_once()] == [("disappeared", real)]
     finally:
         agent.close()
+    # After a restart the snapshot on disk says who recorded it: nothing is closed or recorded again.
+    again = build_agent(dataclasses.replace(settings, retry_deadline=0.0))
+    try:
+        imds.set_document(3, [])
+        assert again.poll_once() == []
+    finally:
+        again.close()
+
+
+def test_the_first_poll_waits_while_instance_metadata_fails_once(imds: FakeImds, settings: CollectorSettings) -> None:
+    """Instance metadata fails the first try: the first poll waits for the retry, so no record carries the stand-in."""
+    imds.instance_failures = 1
+    imds.set_document(1, [event("e1")])
+    agent = build_agent(dataclasses.replace(settings, request_timeout=60.0))  # the wait's bound, not its length
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not [r for r in agent.outbox.pending() if r.record_type == "transition"]:
+            assert time.monotonic() < deadline, "nothing recorded"
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+        agent.close()
+    rows = [json.loads(r.payload) for r in agent_rows(settings)]
+    assert {r["vm_id"] for r in rows} == {INSTANCE["compute"]["vmId"]}
+    assert [r["kind"] for r in rows if r["record_type"] == "transition"] == ["appeared"]
+    assert len([s for s in imds.seen if s.path == "/metadata/instance"]) >= 2
