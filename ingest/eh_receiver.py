@@ -106,27 +106,20 @@ class PartitionReceiver:
         max_wait_time: float,
     ) -> None:
         self.partition = scope["partition_id"]
+        self._client, self._scope, self._position = client, scope, position
+        self._handle, self._checkpoint = handle, checkpoint
+        self._max_batch_size, self._max_wait_time = max_batch_size, max_wait_time
         self._loop = loop
         self._closed = False
         self._task: asyncio.Task[None] | None = None
-        self._done: Future[None] = loop.submit(
-            self._run(client, scope, position, handle, checkpoint, max_batch_size, max_wait_time)
-        )
+        self._done: Future[None] = loop.submit(self._run())
 
-    async def _run(
-        self,
-        client: EventHubConsumerClient,
-        scope: Mapping[str, str],
-        position: str,
-        handle: Handle,
-        checkpoint: Checkpoint | None,
-        max_batch_size: int,
-        max_wait_time: float,
-    ) -> None:
+    async def _run(self) -> None:
         self._task = asyncio.current_task()
         if self._closed:  # stopped before it started
             return
-        writer = CheckpointWriter(checkpoint, scope) if checkpoint is not None else None
+        scope, handle = self._scope, self._handle
+        writer = CheckpointWriter(self._checkpoint, scope) if self._checkpoint is not None else None
         inflight: list[tuple[asyncio.Future[None], EventData]] = []
 
         async def on_batch(events: list[EventData] | None) -> None:
@@ -138,17 +131,17 @@ class PartitionReceiver:
                 if writer is not None:
                     writer.stored(events[-1])  # strictly after deliver returned: stored (or dead-lettered)
 
-        consumer = client._create_consumer(  # an SDK internal: see the module docstring
+        consumer = self._client._create_consumer(  # an SDK internal: see the module docstring
             scope["consumer_group"],
             self.partition,
-            position,
+            self._position,
             on_batch,  # type: ignore[arg-type]  # called with the batch alone, as the SDK's own processor binds it
             event_position_inclusive=False,
             owner_level=0,
         )
         try:
             await open_promptly(consumer)  # else receive() opens it, 50 ms per handshake frame
-            await consumer.receive(True, max_batch_size, max_wait_time)
+            await consumer.receive(True, self._max_batch_size, self._max_wait_time)
         except asyncio.CancelledError:
             pass  # stopped
         except Exception as error:  # noqa: BLE001 - the balancer starts a new receiver next round
