@@ -100,7 +100,8 @@ OVERLAPPING_IDS: Final = (
 
 
 def since(ids: str, view: str = "events") -> str:
-    """``events`` or ``event_vms``, only the events ``ids`` selects, read from the first day of those events on."""
+    """``events``, ``event_vms`` or a narrower view of events (``event_lifecycles``, ``event_impacts``), only the
+    events ``ids`` selects, read from the first day of those events on."""
     return queries.since(ids, view, f"{DB}.", rows_after=_rows_after(ids))
 
 

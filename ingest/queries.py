@@ -60,7 +60,8 @@ def _rows_after(bound: str) -> str:
 
 
 def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "") -> str:
-    """``events`` or ``event_vms`` restricted to the events ``ids`` selects, read from their first day on.
+    """``events``, ``event_vms`` or a narrower view of events (``event_lifecycles``, ``event_impacts``: the same
+    values for fewer columns) restricted to the events ``ids`` selects, read from their first day on.
 
     A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
     both bounds the rollup parts read and filters the rows, so callers need not repeat ``event_id IN (ids)``.

@@ -136,6 +136,13 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
     lifecycles = f"SELECT * FROM {rollup_db}.event_lifecycles_since(since_day = {first_day})"
     without_resources = f"SELECT * EXCEPT (affected_vms, affected_vm_count) FROM {rollup_db}.ref_events"
     assert _rows(ch, lifecycles) == _rows(ch, without_resources)
+    # event_impacts_since (0012) is the Impact table's columns of events, computed on their own: the same values
+    shown = (
+        "event_id, event_type, event_source, duration_s, started_at, ended_at, started_to_gone_s, observed_impact_s, "
+        "impacted_vms, affected_vm_count, fault_domain_labels"
+    )
+    impacts = f"SELECT {shown} FROM {rollup_db}.event_impacts_since(since_day = {first_day})"
+    assert _rows(ch, impacts) == _rows(ch, f"SELECT {shown} FROM {rollup_db}.events")
     active = {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.ref_events WHERE outcome = 'active'")}
     assert {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events")} == active
 
@@ -208,3 +215,43 @@ def test_cluster_rendering_backfills_through_distributed_tables() -> None:
     assert any("ReplicatedAggregatingMergeTree" in s and "event_vm_rollup_local" in s for s in statements)
     assert any("ENGINE = Distributed('c1', 'sevents', 'event_rollup_local'" in s for s in statements)
     assert all("ON CLUSTER 'c1'" in s for s in statements if s.startswith(("CREATE", "ALTER", "DROP")))
+
+
+def test_rows_stored_before_the_cheaper_columns_give_the_same_events(ch: Any) -> None:
+    """0012's twins (last_mark, affected_keys) of rows stored before it: computed on read, then written by its
+    mutation and by merges, the views give the reference's rows all along."""
+    database = "t_" + uuid.uuid4().hex[:12]
+    migrate(ch, Target(database=database), [m for m in load_migrations() if m.version < 12])
+    install_reference(ch, database)
+    base = {c: "" for c in COLUMNS} | {"schema_version": 1, "seq": 0, "incarnation": 0, "changed_fields": []}
+    base |= {"prev_observed_at": None, "not_before": None, "description": None, "event_source": None}
+    base |= {"fault_domain": 0, "update_domain": 0, "duration_s": None, "affects_this_vm": True}
+    start = NOW - timedelta(hours=1)
+    rows = [
+        # E-1: vm-a saw it start and go; vm-b still sees it, so it is active
+        ("t1", "a", "E-1", "appeared", "Scheduled", 0, ["vm-a", "vm-b"]),
+        ("t2", "a", "E-1", "status_changed", "Started", 60, ["vm-a", "vm-b"]),
+        ("t3", "a", "E-1", "disappeared", "", 120, []),
+        ("t4", "b", "E-1", "appeared", "Scheduled", 5, ["vm-a", "vm-b", "vm-c"]),
+        # E-2: gone on its only VM, so completed, ended when it went
+        ("t5", "a", "E-2", "appeared", "Scheduled", 10, ["vm-a"]),
+        ("t6", "a", "E-2", "status_changed", "Started", 20, ["vm-a"]),
+        ("t7", "a", "E-2", "disappeared", "", 30, []),
+    ]
+    batch = []
+    for tid, vm, event, kind, status, second, resources in rows:
+        row = base | {"transition_id": tid, "record_id": tid, "vm_id": f"id-{vm}", "vm_name": f"vm-{vm}"}
+        row |= {"event_id": event, "kind": kind, "status": status, "resources": resources, "event_type": "Reboot"}
+        batch.append(row | {"observed_at": start + timedelta(seconds=second)})
+    ch.insert(f"{database}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
+    expected = _rows(ch, f"SELECT * FROM {database}.ref_events")
+    assert [(r[0], r[12]) for r in expected] == [("E-1", "active"), ("E-2", "completed")]
+    ours = "* EXCEPT (observed_impact_s, impacted_vms, availability_set, fault_sets, fault_domain_labels, "
+    ours += "update_domain_labels)"
+    migrate(ch, Target(database=database))
+    assert _rows(ch, f"SELECT {ours} FROM {database}.events") == expected, "whether or not the mutation has run"
+    for table in ("event_vm_rollup", "event_rollup"):
+        ch.command(f"OPTIMIZE TABLE {database}.{table} FINAL")
+    assert _rows(ch, f"SELECT {ours} FROM {database}.events") == expected, "written and merged"
+    stored = f"SELECT count() FROM system.parts_columns WHERE database = '{database}' AND column = 'last_mark'"
+    assert _rows(ch, stored + " AND active") != [(0,)]
