@@ -342,10 +342,15 @@ FROM """
     + """ AS v
 INNER JOIN
 (
-    SELECT event_id, first_seen_at FROM """
-    + since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)
+    -- each event's first observation from its rollup rows (what events.first_seen_at is), not through events
+    SELECT event_id, min(first_seen_at) AS first_seen_at
+    FROM event_rollup
+    WHERE """
+    + _rows_after(WINDOW_ROWS_AFTER)
+    + f"event_id IN ({WINDOW_IDS})"
     + """
-    WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
+    GROUP BY event_id
+    HAVING first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
 ) AS e ON e.event_id = v.event_id
 WHERE v.affects_this_vm
 GROUP BY v.fault_set_id, fault_set, fault_domain, fault_domain_label

@@ -145,6 +145,9 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
     assert _rows(ch, impacts) == _rows(ch, f"SELECT {shown} FROM {rollup_db}.events")
     active = {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.ref_events WHERE outcome = 'active'")}
     assert {row[0] for row in _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events")} == active
+    # each event's first observation, as the audits read it from the per-event rollup (fault_domain_summary)
+    first_seen = f"SELECT event_id, min(first_seen_at) FROM {rollup_db}.event_rollup GROUP BY event_id"
+    assert _rows(ch, first_seen) == _rows(ch, f"SELECT event_id, first_seen_at FROM {rollup_db}.ref_events")
 
 
 # more examples than the others: streams where a Terminate or Preempt decides are a small share of them
