@@ -6,7 +6,7 @@
 --
 -- event_vm_rollup.last_mark: the key last_kind is chosen by (milliseconds * 2, plus 1 when gone), as a plain max.
 --   Odd exactly when last_kind is 'disappeared' (a disappearance wins a tie), so ended_at and outcome read one
---   UInt64 per pair instead of merging a String state: the panels over a week of a 20,000-VM fleet merge 64,000.
+--   UInt64 per (event, VM) pair instead of merging a String state (a week of a 20,000-VM fleet is 64,000 pairs).
 -- event_rollup.affected_keys: the affected VMs' names (affected_vms) as cityHash64, so affected_vm_count unites
 --   numbers, not strings. affected_vms stays the list shown.
 --
@@ -14,11 +14,13 @@
 -- are unchanged (tests/ingest/test_ingest_rollups.py compares them with the reference views of 0004).
 ALTER TABLE ${db}.event_vm_rollup${local} ${on_cluster}
     ADD COLUMN IF NOT EXISTS last_mark SimpleAggregateFunction(max, UInt64)
-        MATERIALIZED toUInt64(toUnixTimestamp64Milli(last_seen_at)) * 2 + (finalizeAggregation(last_kind) = 'disappeared')
+        MATERIALIZED toUInt64(toUnixTimestamp64Milli(last_seen_at)) * 2
+            + (finalizeAggregation(last_kind) = 'disappeared')
         AFTER last_kind;
 ALTER TABLE ${db}.event_vm_rollup ${on_cluster}
     ADD COLUMN IF NOT EXISTS last_mark SimpleAggregateFunction(max, UInt64)
-        MATERIALIZED toUInt64(toUnixTimestamp64Milli(last_seen_at)) * 2 + (finalizeAggregation(last_kind) = 'disappeared')
+        MATERIALIZED toUInt64(toUnixTimestamp64Milli(last_seen_at)) * 2
+            + (finalizeAggregation(last_kind) = 'disappeared')
         AFTER last_kind;
 ALTER TABLE ${db}.event_vm_rollup${local} ${on_cluster} MATERIALIZE COLUMN last_mark;
 
