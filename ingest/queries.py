@@ -55,8 +55,9 @@ WINDOW_ROWS_AFTER = f"{{since:DateTime64(3, 'UTC')}} - INTERVAL {LOOKBACK_DAYS} 
 ONE_ID = "SELECT {event_id:String}"
 
 
-def _rows_after(bound: str) -> str:
-    return f"last_seen_at >= {bound} AND " if bound else ""
+def _rollup_rows(ids: str, bound: str) -> str:
+    """The condition on ``event_rollup`` rows of the events ``ids`` selects, none written before ``bound`` (if any)."""
+    return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
 
 
 def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "") -> str:
@@ -71,7 +72,7 @@ def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows
     """
     picked = (
         f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
-        f"WHERE {_rows_after(rows_after)}event_id IN ({ids})"
+        f"WHERE {_rollup_rows(ids, rows_after)}"
     )
     return (
         f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) "
@@ -166,7 +167,7 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     sets = (
         f"SELECT event_id, minIfMerge(set_first) AS {SET_FIRST}, maxIfMerge(set_last) AS {SET_LAST}, "
         f"minIfMerge(set_key) AS {SET_KEY} FROM {db}event_rollup "
-        f"WHERE {_rows_after(rows_after)}event_id IN ({hit_events}) GROUP BY event_id"
+        f"WHERE {_rollup_rows(hit_events, rows_after)} GROUP BY event_id"
     )
     return (
         f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
@@ -346,8 +347,7 @@ INNER JOIN
     SELECT event_id, min(first_seen_at) AS first_seen_at
     FROM event_rollup
     WHERE """
-    + _rows_after(WINDOW_ROWS_AFTER)
-    + f"event_id IN ({WINDOW_IDS})"
+    + _rollup_rows(WINDOW_IDS, WINDOW_ROWS_AFTER)
     + """
     GROUP BY event_id
     HAVING first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}
