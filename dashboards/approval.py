@@ -6,26 +6,40 @@ with the approvals sevents' own policy made (the ``approvals`` table): by which 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
 
-# IMDS never says who approved. What an observer can tell: the event started before NotBefore (someone
-# POSTed StartRequests), at or after it (the platform's own deadline), or not at all. Approvals sevents made
-# are in ``approvals``; an early start without one there was approved by someone outside sevents. The search
-# reaches back as far as the events the range can show (their approval came after their first observation).
-SEVENTS_APPROVED = (
-    f"(SELECT event_id FROM {f.DB}.approvals WHERE decision = 'approved' "
-    f"AND decided_at >= $__fromTime - INTERVAL {f.LOOKBACK_DAYS} DAY)"
+# Who released each event, from the event's moments over all the evidence (the views' ``released_by``, migration
+# 0013): sevents' own approval record, an earlier start than NotBefore without one (approved outside sevents),
+# a start at or after a NotBefore that was seen, or a start with no NotBefore ever seen (a host failure, an event
+# first seen already Started). An event that never started says why: cancelled, its end not seen, or pending.
+RELEASED: Final = (
+    ("sevents", "sevents policy (StartRequests)"),
+    ("outside", "approved outside sevents"),
+    ("not_before", "platform (NotBefore reached)"),
+    ("no_notice", "started without notice"),
 )
-BY_SEVENTS = "sevents policy (StartRequests)"
-BY_OUTSIDE = "approved outside sevents"
-RELEASED_BY = (
-    f"multiIf(approved_at IS NOT NULL AND event_id IN {SEVENTS_APPROVED}, '{BY_SEVENTS}', "
-    f"approved_at IS NOT NULL, '{BY_OUTSIDE}', started_at IS NOT NULL, "
-    "'platform (NotBefore reached)', outcome = 'cancelled', 'cancelled', 'pending')"
+NOT_STARTED: Final = (("cancelled", "cancelled"), ("end_not_seen", "end not seen"))
+PENDING: Final = "pending"
+
+
+def released(released_by: str | None, outcome: str) -> str:
+    """The label of who released an event, as ``RELEASED_BY`` computes it in SQL (for the report)."""
+    if released_by is not None:
+        return dict(RELEASED).get(released_by, released_by)
+    return dict(NOT_STARTED).get(outcome, PENDING)
+
+
+# a value this module does not know yet shows as it is
+RELEASED_BY: Final = (
+    "multiIf("
+    + "".join(f"released_by = '{value}', '{label}', " for value, label in RELEASED)
+    + "released_by IS NOT NULL, assumeNotNull(released_by), "
+    + "".join(f"outcome = '{value}', '{label}', " for value, label in NOT_STARTED)
+    + f"'{PENDING}')"
 )
 DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f.vm_filter()}"
 # the lifecycle of each event is all these panels show: no sets, Resources or observed impact to pay for
@@ -47,7 +61,8 @@ def panels() -> list[g.Panel | g.Row]:
             "GROUP BY type_source ORDER BY type_source",
             width=14,
             unit="s",
-            description="First seen to approval (the event started before its NotBefore), approved events only.",
+            description="First seen to approval, approved events only: the approval sevents' policy recorded, or "
+            "the start of an event that started before its NotBefore without one (approved outside sevents).",
             options={"xField": "type_source", "orientation": "horizontal", "showValue": "auto"},
             field_config={
                 "overrides": [
@@ -61,22 +76,28 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Who released the event",
             "piechart",
-            f"SELECT {RELEASED_BY} AS released_by, count() AS events FROM {EVENTS} WHERE {where} "
-            "GROUP BY released_by ORDER BY released_by",
+            f"SELECT {RELEASED_BY} AS released, count() AS events FROM {EVENTS} WHERE {where} "
+            "GROUP BY released ORDER BY released",
             width=10,
+            description="sevents policy: sevents approved it (StartRequests); approved outside sevents: it started "
+            "before its NotBefore without an sevents approval; platform: a NotBefore was seen and it started at or "
+            "after it; started without notice: no NotBefore was ever seen (a host failure, first seen Started). "
+            "Not started: cancelled (a VM saw it gone), end not seen (its collectors stopped or went silent while "
+            "it was Scheduled), or pending.",
             options={"reduceOptions": {"calcs": ["lastNotNull"], "values": True}, "pieType": "donut"},
         ),
         g.Panel(
             "Notice given per event",
             "table",
-            f"SELECT event_id, event_type, ifNull(event_source, '') AS source, {RELEASED_BY} AS released_by, "
+            f"SELECT event_id, event_type, ifNull(event_source, '') AS source, {RELEASED_BY} AS released, "
             "first_seen_at, not_before_first AS not_before, "
             "if(not_before_first IS NULL, NULL, dateDiff('millisecond', first_seen_at, not_before_first) / 1000) "
             "AS announced_notice_s, notice_s, approval_latency_s "
             f"FROM {EVENTS} WHERE {where} ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
-            description="Announced notice: NotBefore minus first seen. Notice: Started minus first seen.",
+            description="Announced notice: NotBefore minus first seen. Notice: Started minus first seen. "
+            "Released: who released the event (see 'Who released the event').",
             field_config={"overrides": [event_link_override()]},
         ),
         g.Panel(

@@ -18,7 +18,8 @@ from ingest import queries
 
 DB: Final = "sevents"
 EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
-SILENT_AFTER_S: Final = 300  # a collector without a heartbeat for five minutes counts as silent
+# A collector without a heartbeat this long counts as silent: the CLI's `audit silent`, the alert, the panels.
+SILENT_AFTER_S: Final = queries.SILENT_AFTER_S
 # An (event, VM) pair unchanged this long is stale, and events are found through this many days of rollup
 # parts before a range (IMDS announces at most about 7 days ahead); the same figure as in migration 0006.
 LOOKBACK_DAYS: Final = queries.LOOKBACK_DAYS

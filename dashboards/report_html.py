@@ -9,7 +9,11 @@ from statistics import mean
 from typing import Any
 
 from dashboards import svg
+from dashboards.approval import released
 from dashboards.report_data import ReportData
+from dashboards.timeline import OUTCOMES
+
+OUTCOME_WORDS = {value: text for value, text, _ in OUTCOMES}
 
 STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -136,12 +140,17 @@ def _downtime_table(data: ReportData) -> str:
     return f'<table id="downtime"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def approved_by(event: dict[str, Any], approvals: list[dict[str, Any]]) -> str:
-    """Who released an event early: the VM whose sevents policy approved it, or someone outside sevents."""
-    if event.get("approved_at") is None:
-        return ""
+def released_by(event: dict[str, Any], approvals: list[dict[str, Any]]) -> str:
+    """Who released an event, as the approval dashboard says it; an sevents approval names the approving VM."""
     ours = sorted(a["vm_name"] for a in approvals if a["event_id"] == event["event_id"])
-    return f"sevents: {', '.join(ours)}" if ours else "outside sevents"
+    if event["released_by"] == "sevents" and ours:
+        return f"sevents: {', '.join(ours)}"
+    return released(event["released_by"], event["outcome"])
+
+
+def outcome(value: str) -> str:
+    """An outcome in words, as the timeline's tables show it."""
+    return OUTCOME_WORDS.get(value, value)
 
 
 def _approvals_table(data: ReportData) -> str:
@@ -170,16 +179,29 @@ def _event_label(event: dict[str, Any]) -> str:
     return f"{event['event_type']} {_short(event['event_id'])}"
 
 
+# A time no VM saw happen is a bound (migration 0013): the start, from a downtime a VM measured for the event; the
+# end, from a VM's first polls after its own downtime. The table marks it "<=".
+BOUNDS = {"started_at": ("started_at_source", "downtime"), "ended_at": ("ended_at_source", "after_downtime")}
+BOUND_NOTE = (
+    "<= marks a bound, not a sighting: the event started no later than a VM it paused or rebooted went down, or "
+    "ended no later than that VM's first poll once back."
+)
+
+
+def _is_bound(event: dict[str, Any], key: str) -> bool:
+    return key in BOUNDS and event.get(BOUNDS[key][0]) == BOUNDS[key][1]
+
+
 def _table(events: list[dict[str, Any]]) -> str:
     columns = (
         ("EventId", "event_id", str),
         ("Type", "event_type", str),
         ("Source", "event_source", str),
-        ("Outcome", "outcome", str),
+        ("Outcome", "outcome", outcome),
         ("First seen", "first_seen_at", _time),
         ("NotBefore", "not_before_first", _time),
         ("Approved", "approved_at", _time),
-        ("Approved by", "approved_by", str),
+        ("Released by", "released", str),
         ("Started", "started_at", _time),
         ("Ended", "ended_at", _time),
         ("Approval s", "approval_latency_s", _num),
@@ -198,16 +220,19 @@ def _table(events: list[dict[str, Any]]) -> str:
         for _, key, show in columns:
             value = event.get(key)
             text = "" if value is None else show(value)
+            if text and _is_bound(event, key):
+                text = f"<= {text}"
             cls = ' class="num"' if show is _num else ""
             cells.append(f"<td{cls}>{escape(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     body = "".join(rows) or f'<tr><td colspan="{len(columns)}">no events</td></tr>'
-    return f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    note = f'<p class="scope">{escape(BOUND_NOTE)}</p>' if any(_is_bound(e, k) for e in events for k in BOUNDS) else ""
+    return f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}'
 
 
 def render(data: ReportData, *, generated_at: datetime) -> str:
     """The whole page as one HTML string."""
-    events = [{**e, "approved_by": approved_by(e, data.approvals)} for e in data.events]
+    events = [{**e, "released": released_by(e, data.approvals)} for e in data.events]
     start, end = _span(data)
     approval = [(_event_label(e), [e["approval_latency_s"], e["notice_s"]]) for e in events if e["started_at"]]
     announced = [
@@ -219,7 +244,7 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
     for e in events:
         outcomes[e["outcome"]] = outcomes.get(e["outcome"], 0) + 1
     vms = len({r["vm_name"] for r in data.lanes})
-    cards = [("events", len(events)), ("VMs affected", vms), *sorted(outcomes.items())]
+    cards = [("events", len(events)), ("VMs affected", vms), *sorted((outcome(o), n) for o, n in outcomes.items())]
     card_html = "".join(f'<div class="card"><b>{n}</b>{escape(label)}</div>' for label, n in cards)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

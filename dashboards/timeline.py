@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from dashboards import filters as f
 from dashboards import grafana as g
@@ -24,6 +24,34 @@ STATE_MAPPINGS = [
         },
     }
 ]
+# An event's outcome as the tables show it (the views' values, migration 0013): still shown by a VM, started
+# (seen, or measured as a VM's downtime), seen gone without a start, or neither (its collectors stopped or went
+# silent while it was Scheduled: nothing says it was cancelled).
+OUTCOMES: Final = (
+    ("active", "active", "blue"),
+    ("completed", "completed", "green"),
+    ("cancelled", "cancelled", "text"),
+    ("end_not_seen", "end not seen", "orange"),
+)
+OUTCOME_HELP: Final = (
+    "Outcome: active (a VM still shows it), completed (it started: seen, or measured as a VM's downtime), "
+    "cancelled (a VM saw it gone without a start), end not seen (its collectors stopped or went silent while it "
+    "was Scheduled)."
+)
+
+
+def outcome_override(column: str = "outcome") -> dict[str, Any]:
+    """The outcome column's values as words, coloured."""
+    options = {value: {"text": text, "color": color, "index": i} for i, (value, text, color) in enumerate(OUTCOMES)}
+    return {
+        "matcher": {"id": "byName", "options": column},
+        "properties": [
+            {"id": "mappings", "value": [{"type": "value", "options": options}]},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+        ],
+    }
+
+
 # The free-text EventId reaches SQL percent-encoded (only [A-Za-z0-9-_.~] and %XX remain, so no quote or
 # backslash can end the literal) and ClickHouse decodes it: no crafted value changes the query.
 THE_EVENT = "decodeURLComponent('${event_id:percentencode}')"
@@ -76,8 +104,9 @@ def panels() -> list[g.Panel | g.Row]:
             "ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
-            description="One row per EventId across every VM that saw it. Click an EventId to drill down.",
-            field_config={"overrides": [event_link_override()]},
+            description="One row per EventId across every VM that saw it. Click an EventId to drill down. "
+            + OUTCOME_HELP,
+            field_config={"overrides": [event_link_override(), outcome_override()]},
         ),
         g.Row("Drill-down: one EventId (set the EventId variable or click one above)"),
         g.Panel(
@@ -90,6 +119,9 @@ def panels() -> list[g.Panel | g.Row]:
             f"FROM {ITS_VMS} WHERE {ONE_EVENT} ORDER BY fault_set, fault_domain, vm_name",
             width=14,
             height=10,
+            description="Each VM that saw the event: its own sightings and downtime, the event's Started and "
+            "outcome. " + OUTCOME_HELP,
+            field_config={"overrides": [outcome_override()]},
         ),
         g.Panel(
             "EventId by fault domain",

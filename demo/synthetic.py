@@ -173,6 +173,9 @@ def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> Repor
                 "affected_vm_count": vms // 2,
                 "fault_domains": [0, 1, 2],
                 "fault_domain_labels": [],
+                "released_by": "outside",  # started before its NotBefore, approved by no sevents policy
+                "started_at_source": "seen",
+                "ended_at_source": "seen",
             }
         )
         for v in range(vms):

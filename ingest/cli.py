@@ -117,7 +117,12 @@ def parser() -> argparse.ArgumentParser:
     _window(a)
     a.add_argument("--types", default="Reboot,Redeploy", help="event types, comma separated (default Reboot,Redeploy)")
     a = audit.add_parser("silent", allow_abbrev=False, help="VMs whose collector went quiet or whose last poll failed")
-    a.add_argument("--threshold", type=_positive_int, default=180, help="seconds without a heartbeat (default 180)")
+    a.add_argument(
+        "--threshold",
+        type=_positive_int,
+        default=queries.SILENT_AFTER_S,
+        help=f"seconds without a heartbeat (default {queries.SILENT_AFTER_S}: the dashboards' and the alert's)",
+    )
     a = audit.add_parser("events", allow_abbrev=False, help="every event first seen in a window")
     _window(a)
     a = audit.add_parser(

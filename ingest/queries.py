@@ -44,6 +44,7 @@ class Result:
 # IMDS keeps no event this long: every row of an event was written at most this many days before its last
 # activity (the same figure as the active horizon of migration 0006).
 LOOKBACK_DAYS = 30
+SILENT_AFTER_S = 300  # no heartbeat this long: silent (the views' custom_sevents_silent_after_s default)
 
 # The events first seen in [since, until): found through the parts of event_rollup that cover the window.
 WINDOW_IDS = (
@@ -156,11 +157,11 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     hits = f"{db}impacts FINAL WHERE event_id != '' AND {keep}"
     hit_events = f"SELECT event_id FROM {db}impacts WHERE event_id != '' AND {keep}"  # ids: no need to collapse
     per_vm = (
-        f"SELECT event_id, vm_id, any(scale_set) AS scale_set, any(fault_domain) AS domain_{extra}, "
+        f"SELECT event_id, vm_id, any(scale_set) AS vm_set_, any(fault_domain) AS domain_{extra}, "
         f"sum(duration_s) AS vm_impact_ FROM {hits} GROUP BY event_id, vm_id{aliases}"
     )
     per_domain = (
-        f"SELECT event_id, scale_set, domain_{aliases}, count() AS kept_, uniqExactState(vm_id) AS vms_, "
+        f"SELECT event_id, vm_set_ AS scale_set, domain_{aliases}, count() AS kept_, uniqExactState(vm_id) AS vms_, "
         f"sum(vm_impact_) AS impact_, max(vm_impact_) AS max_ FROM ({per_vm}) "
         f"GROUP BY event_id, scale_set, domain_{aliases}"
     )
@@ -219,7 +220,7 @@ EVENT_SUMMARY = Query(
 SELECT event_id, event_type, event_source, description, duration_s, outcome, first_seen_at, not_before_first,
        not_before_last, approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s,
        observed_impact_s, impacted_vms, affected_vm_count, observing_vms, fault_domains, update_domains, fault_sets,
-       fault_domain_labels, update_domain_labels, anomalies
+       fault_domain_labels, update_domain_labels, anomalies, released_by, started_at_source, ended_at_source
 FROM """
     + since(ONE_ID)
     + """
@@ -263,7 +264,7 @@ SELECT fault_set, fault_domain, update_domain, fault_domain_label, update_domain
        affects_this_vm, outcome, first_seen_at, approved_at, started_at, ended_at,
        if(started_at IS NULL OR ended_at IS NULL, NULL, dateDiff('millisecond', started_at, ended_at) / 1000)
            AS started_to_gone_s,
-       observed_impact_s
+       observed_impact_s, vm_started_at, started_at_source, ended_at_source
 FROM """
     + scoped(ONE_ID)
     + """
@@ -279,7 +280,7 @@ DISRUPTIVE_EVENTS = Query(
     """
 SELECT event_id, event_type, outcome, first_seen_at, not_before_first, approved_at, started_at, ended_at,
        approval_latency_s, notice_s, started_to_gone_s, observed_impact_s, impacted_vms, affected_vm_count,
-       fault_domains, fault_sets, fault_domain_labels
+       fault_domains, fault_sets, fault_domain_labels, released_by, started_at_source, ended_at_source
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -310,7 +311,7 @@ EVENTS_IN_WINDOW = Query(
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s, observed_impact_s,
        impacted_vms, affected_vm_count, affected_vms, fault_domains, update_domains, fault_sets, fault_domain_labels,
-       update_domain_labels, duration_s, description
+       update_domain_labels, duration_s, description, released_by, started_at_source, ended_at_source
 """
     + EVENTS_FIRST_SEEN_IN_WINDOW
     + """
@@ -328,9 +329,13 @@ SELECT v.fault_set AS fault_set,
        v.fault_domain_label AS fault_domain_label,
        uniqExact(v.event_id) AS events,
        uniqExact(v.vm_id) AS vms,
-       countIf(v.outcome = 'completed') AS completed,
-       countIf(v.outcome = 'cancelled') AS cancelled,
-       countIf(v.outcome = 'active') AS active,
+       -- events, by outcome (each (event, VM) row carries its event's outcome; a VM still showing an event keeps
+       -- it active here as in events)
+       uniqExactIf(v.event_id, v.outcome = 'completed') AS completed_events,
+       uniqExactIf(v.event_id, v.outcome = 'cancelled') AS cancelled_events,
+       uniqExactIf(v.event_id, v.outcome = 'active') AS active_events,
+       uniqExactIf(v.event_id, v.outcome = 'end_not_seen') AS end_not_seen_events,
+       -- the event's approval (v.approved_at is the event's, whichever VM saw it), per affected VM
        avgOrNull(dateDiff('millisecond', e.first_seen_at, v.approved_at) / 1000) AS avg_approval_latency_s,
        maxOrNull(dateDiff('millisecond', e.first_seen_at, v.approved_at) / 1000) AS max_approval_latency_s,
        avgOrNull(dateDiff('millisecond', v.started_at, v.ended_at) / 1000) AS avg_started_to_gone_s,

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards import generate, grafana
+from dashboards import filters, generate, grafana
 from dashboards.alerts import RULES
+from ingest import cli
+from ingest.queries import SILENT_AFTER_S
 from tests.dashboards.dash_helpers import alert_rules, dashboards
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,3 +222,25 @@ def test_clickhouse_users_xml() -> None:
     assert writer is not None and writer.find("password").get("from_env") == "CLICKHOUSE_WRITER_PASSWORD"
     config = ET.parse(COMPOSE / "clickhouse" / "config.d" / "sevents.xml").getroot()
     assert config.findtext("access_control_improvements/settings_constraints_replace_previous") == "true"
+
+
+def test_one_silence_threshold() -> None:
+    """`sevents-ingest audit silent`, the silent-collector alert, the heartbeat-age panel, the views
+    (custom_sevents_silent_after_s's default in every migration) and the compose stack's ClickHouse profiles call a
+    collector silent after the same number of seconds."""
+    threshold = SILENT_AFTER_S
+    assert threshold == filters.SILENT_AFTER_S
+    assert cli.parser().parse_args(["audit", "silent"]).threshold == threshold
+    rule = next(r for r in alert_rules() if r["uid"] == "sevents-collector-silent")
+    assert rule["data"][2]["model"]["conditions"][0]["evaluator"] == {"type": "gt", "params": [threshold]}
+    age = next(p for p in dashboards()["sevents-pipeline"]["panels"] if p["title"] == "Heartbeat age")
+    (steps,) = [
+        p["value"]["steps"] for p in age["fieldConfig"]["overrides"][0]["properties"] if p["id"] == "thresholds"
+    ]
+    assert [step["value"] for step in steps] == [None, threshold]
+    migrations = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "ingest" / "migrations").glob("*.sql")))
+    defaults = re.findall(r"getSettingOrDefault\('custom_sevents_silent_after_s', (\d+)\)", migrations)
+    assert defaults and {int(d) for d in defaults} == {threshold}
+    users = ET.parse(COMPOSE / "clickhouse" / "users.d" / "sevents.xml").getroot()
+    profiles = [int(e.text or "") for e in users.iter("custom_sevents_silent_after_s")]
+    assert profiles and set(profiles) == {threshold}

@@ -42,6 +42,7 @@ def _event(event_id: str, event_type: str, **extra: Any) -> dict[str, Any]:
         "not_before_first": T0 + timedelta(minutes=15),
         "approved_at": T0 + timedelta(minutes=2),
         "started_at": T0 + timedelta(minutes=2),
+        "released_by": "outside",  # started before its NotBefore
         "ended_at": T0 + timedelta(minutes=3),
         "approval_latency_s": 120.0,
         "notice_s": 120.0,
@@ -85,6 +86,7 @@ def _data(**filters: Any) -> ReportData:
             outcome="cancelled",
             started_at=None,
             approved_at=None,
+            released_by=None,
             started_to_gone_s=None,
             observed_impact_s=None,
         ),
@@ -310,9 +312,19 @@ def test_out_that_cannot_be_written_exits_1(seeded: Seeded, tmp_path: Path, caps
     assert f"cannot write --out {out}" in err and "Traceback" not in err
 
 
+def _cells(html: str, event_id: str) -> dict[str, str]:
+    """The events table's row of ``event_id``, by column title."""
+    table = html[html.index('<table id="events">') :]
+    head = re.findall(r"<th>(.*?)</th>", table[: table.index("</thead>")])
+    row = re.search(rf"<tr><td>{re.escape(event_id)}</td>(.*?)</tr>", table)
+    assert row, event_id
+    return dict(zip(head, [event_id, *re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))], strict=True))
+
+
 def test_the_report_names_who_approved_each_event() -> None:
     """An approval sevents made shows its VM, rule, hook and notice saved; another early start is 'outside sevents'."""
     data = _data()
+    data.events[0]["released_by"] = "sevents"
     data.events.append(_event("CCCC-3", "Reboot"))
     approval = {
         "event_id": "AAAA-1",
@@ -331,4 +343,44 @@ def test_the_report_names_who_approved_each_event() -> None:
     html = render(chosen, generated_at=T0)
     table = html[html.index('<table id="approvals">') :]
     assert "vm-0" in table and "first-in-resources" in table and "897.5" in table and "2.5" in table
-    assert "sevents: vm-0" in html and "outside sevents" in html
+    assert _cells(html, "AAAA-1")["Released by"] == "sevents: vm-0"
+    assert _cells(html, "CCCC-3")["Released by"] == "approved outside sevents"
+
+
+def test_the_report_says_who_released_each_event_as_the_dashboard_does() -> None:
+    """NotBefore reached, started without notice, cancelled and an end not seen read as on the approval
+    dashboard; the outcome 'end_not_seen' reads 'end not seen' in the table and the summary."""
+    data = _data()
+    unseen = dict(started_at=None, approved_at=None, released_by=None, started_to_gone_s=None, ended_at=None)
+    data.events.extend(
+        [
+            _event("DDDD-4", "Redeploy", approved_at=None, released_by="not_before"),
+            _event("EEEE-5", "Reboot", approved_at=None, not_before_first=None, released_by="no_notice"),
+            _event("FFFF-6", "Freeze", outcome="end_not_seen", **unseen),
+            _event("GGGG-7", "Reboot", outcome="active", **unseen),
+        ]
+    )
+    html = render(data, generated_at=T0)
+    expected = {
+        "AAAA-1": ("completed", "approved outside sevents"),  # no sevents approval among the report's
+        "BBBB-2": ("cancelled", "cancelled"),
+        "DDDD-4": ("completed", "platform (NotBefore reached)"),
+        "EEEE-5": ("completed", "started without notice"),
+        "FFFF-6": ("end not seen", "end not seen"),
+        "GGGG-7": ("active", "pending"),
+    }
+    for event_id, (outcome, released) in expected.items():
+        cells = _cells(html, event_id)
+        assert (cells["Outcome"], cells["Released by"]) == (outcome, released), event_id
+    assert '<div class="card"><b>1</b>end not seen</div>' in html
+
+
+def test_the_report_marks_a_time_that_is_a_bound() -> None:
+    """A start known from a VM's downtime and an end from its first poll once back read '<=', with the note."""
+    data = _data()
+    data.events.append(_event("HHHH-8", "Reboot", started_at_source="downtime", ended_at_source="after_downtime"))
+    html = render(data, generated_at=T0)
+    bound, seen = _cells(html, "HHHH-8"), _cells(html, "AAAA-1")
+    assert bound["Started"].startswith("&lt;= ") and bound["Ended"].startswith("&lt;= ")
+    assert not seen["Started"].startswith("&lt;=") and "marks a bound, not a sighting" in html
+    assert "marks a bound" not in render(_data(), generated_at=T0), "no note where every time was seen"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dashboards import approval
 from dashboards.templating import Selection
 from tests.dashboards.conftest import PENDING, Seeded, around
 from tests.dashboards.dash_helpers import Frame, alert_rules, context, observed_in, panel, run
@@ -114,11 +115,13 @@ def test_drill_down_one_event(seeded: Seeded, everything: dict[str, Selection]) 
 
 
 def _released_by(t: dict[str, Any]) -> str:
+    """Who released the event in truth, in the approval dashboard's words."""
     if t["approved_at"] is not None:
         return "approved outside sevents"  # the seeded fleet's approvals are scripted in the simulator
     if t["started_at"] is not None:
-        return "platform (NotBefore reached)"
-    return "cancelled" if t["outcome"] == "cancelled" else "pending"
+        # a host failure is Started when it first appears, with no NotBefore
+        return "started without notice" if t["not_before"] is None else "platform (NotBefore reached)"
+    return {"cancelled": "cancelled", "end_not_seen": "end not seen"}.get(t["outcome"], "pending")
 
 
 def test_approval_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
@@ -141,7 +144,7 @@ def test_approval_panels(seeded: Seeded, everything: dict[str, Selection]) -> No
     assert set(notice) == set(truth)
     for event_id, row in notice.items():
         t = truth[event_id]
-        assert row["released_by"] == _released_by(t)
+        assert row["released"] == _released_by(t)
         if t["not_before"] is not None:
             # NotBefore minus the first observation; the document gives NotBefore in whole seconds
             first_low, first_high = windows[(event_id, "first_seen_at")]
@@ -314,3 +317,18 @@ def test_a_range_after_the_last_transition_shows_exactly_the_events_still_open(
     rows = frame.dicts()
     assert sorted(r["event_id"] for r in rows) == sorted(pending)
     assert {r["outcome"] for r in rows} == {"active"} and all(r["ended_at"] is None for r in rows)
+
+
+def test_released_by_labels_agree_with_the_report(seeded: Seeded) -> None:
+    """The approval panels' SQL and the report label every released_by value (and, for events that never started,
+    every outcome) alike: the ones the seeded fleet has and those it has not (end not seen, an unknown value)."""
+    cases = [(value, "completed") for value, _ in approval.RELEASED] + [
+        (None, outcome) for outcome in ("cancelled", "end_not_seen", "active")
+    ]
+    cases.append(("a_later_value", "completed"))
+    each = "SELECT arrayJoin({cases:Array(Tuple(Nullable(String), String))}) AS c, c.1 AS released_by, c.2 AS outcome"
+    rows = seeded.client.query(
+        f"SELECT {approval.RELEASED_BY} AS released FROM ({each})", parameters={"cases": cases}
+    ).result_rows
+    assert [r[0] for r in rows] == [approval.released(value, outcome) for value, outcome in cases]
+    assert [r[0] for r in rows][-4:] == ["cancelled", "end not seen", "pending", "a_later_value"]

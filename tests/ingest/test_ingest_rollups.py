@@ -106,6 +106,44 @@ def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
     return sorted(client.query(sql).result_rows, key=repr)
 
 
+# Migration 0013 takes an event's moments and outcome from all its observers: what 0004 answered, with these rules
+# (no downtime or sevents approval in these streams): per (event, VM), started_at and approved_at are the event's;
+# the event is approved when it started before its last NotBefore; an event no VM saw start or end is
+# 'end_not_seen', not 'cancelled'. The evidence columns 0013 added are checked on their own.
+EVIDENCE = "started_at_source, ended_at_source, released_by"
+
+
+def expected_events(db: str, columns: str = "*") -> str:
+    """0004's ``events`` under 0013's rules."""
+    approved = "ifNull(started_at < not_before_last, 0)"
+    ended = f"SELECT event_id FROM {db}.ref_event_vms WHERE ended_at IS NOT NULL"
+    unseen = f"outcome = 'cancelled' AND event_id NOT IN ({ended})"
+    return (
+        f"SELECT {columns} FROM (SELECT * REPLACE (if({approved}, started_at, NULL) AS approved_at, "
+        f"if({approved}, notice_s, NULL) AS approval_latency_s, if({unseen}, 'end_not_seen', outcome) AS outcome) "
+        f"FROM {db}.ref_events)"
+    )
+
+
+def expected_event_vms(db: str) -> str:
+    """0004's ``event_vms`` under 0013's rules."""
+    window = (
+        "min(started_at) OVER w AS ev_started_, "
+        "argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) OVER w AS ev_not_before_, "
+        "max(ended_at IS NOT NULL) OVER w AS ev_end_seen_"
+    )
+    outcome = (
+        "multiIf(outcome = 'active', 'active', ev_started_ IS NOT NULL, 'completed', ev_end_seen_, 'cancelled', "
+        "'end_not_seen')"
+    )
+    return (
+        "SELECT * EXCEPT (ev_started_, ev_not_before_, ev_end_seen_) REPLACE (ev_started_ AS started_at, "
+        "if(ifNull(ev_started_ < ev_not_before_, 0), ev_started_, NULL) AS approved_at, "
+        f"{outcome} AS outcome) "
+        f"FROM (SELECT *, {window} FROM {db}.ref_event_vms WINDOW w AS (PARTITION BY event_id))"
+    )
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream=streams(), data=st.data())
 def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list[dict[str, Any]], data: Any) -> None:
@@ -123,9 +161,13 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
     # 0008 added the measured downtime (no impacts here: NULL, 0) and 0009 the sets of the domains (tested in
     # test_ingest_fault_sets); every other column is 0004's, in its order
     sets = "availability_set, fault_sets, fault_domain_labels, update_domain_labels"
-    observed = {"event_vms": "observed_impact_s", "events": f"observed_impact_s, impacted_vms, {sets}"}
+    observed = {
+        "event_vms": f"observed_impact_s, vm_started_at, {EVIDENCE}",
+        "events": f"observed_impact_s, impacted_vms, {sets}, {EVIDENCE}",
+    }
+    reference = {"event_vms": expected_event_vms(rollup_db), "events": expected_events(rollup_db)}
     for view in ("event_vms", "events"):
-        expected = _rows(ch, f"SELECT * FROM {rollup_db}.ref_{view}")
+        expected = _rows(ch, reference[view])
         ours = f"* EXCEPT ({observed[view]})"
         assert _rows(ch, f"SELECT {ours} FROM {rollup_db}.{view}") == expected
         from_first_day = f"SELECT {ours} FROM {rollup_db}.{view}_since(since_day = {first_day})"
@@ -133,9 +175,23 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
         unhit = f"SELECT countIf(observed_impact_s IS NOT NULL) FROM {rollup_db}.{view}"
         assert _rows(ch, unhit) == [(0,)]
     # event_lifecycles_since (0011) is events without Resources: the same values, column for column
-    lifecycles = f"SELECT * FROM {rollup_db}.event_lifecycles_since(since_day = {first_day})"
-    without_resources = f"SELECT * EXCEPT (affected_vms, affected_vm_count) FROM {rollup_db}.ref_events"
+    lifecycles = f"SELECT * EXCEPT ({EVIDENCE}) FROM {rollup_db}.event_lifecycles_since(since_day = {first_day})"
+    without_resources = expected_events(rollup_db, "* EXCEPT (affected_vms, affected_vm_count)")
     assert _rows(ch, lifecycles) == _rows(ch, without_resources)
+    # with no downtime and no sevents approval: every start and end was seen; the event was released early (by
+    # someone outside sevents) exactly when it was approved, and by no one until it started
+    evidence = f"SELECT event_id, {EVIDENCE} FROM {rollup_db}.event_lifecycles_since(since_day = {first_day})"
+    assert _rows(ch, evidence) == _rows(ch, f"SELECT event_id, {EVIDENCE} FROM {rollup_db}.events")
+    released = (
+        "SELECT countIf((started_at_source IS NULL) != (started_at IS NULL) "
+        "OR ifNull(started_at_source != 'seen', 0) "
+        "OR (ended_at_source IS NULL) != (ended_at IS NULL) OR ifNull(ended_at_source != 'seen', 0) "
+        "OR (released_by IS NULL) != (started_at IS NULL) "
+        "OR ifNull(released_by = 'outside', 0) != (approved_at IS NOT NULL) "
+        "OR ifNull(released_by = 'no_notice', 0) != (started_at IS NOT NULL AND not_before_last IS NULL)) "
+        f"FROM {rollup_db}.events"
+    )
+    assert _rows(ch, released) == [(0,)]
     # event_impacts_since (0012) is the Impact table's columns of events, computed on their own: the same values
     shown = (
         "event_id, event_type, event_source, duration_s, started_at, ended_at, started_to_gone_s, observed_impact_s, "
@@ -280,7 +336,7 @@ def test_rows_stored_before_the_cheaper_columns_give_the_same_events(ch: Any) ->
     expected = _rows(ch, f"SELECT * FROM {database}.ref_events")
     assert [(r[0], r[12]) for r in expected] == [("E-1", "active"), ("E-2", "completed")]
     ours = "* EXCEPT (observed_impact_s, impacted_vms, availability_set, fault_sets, fault_domain_labels, "
-    ours += "update_domain_labels)"
+    ours += f"update_domain_labels, {EVIDENCE})"
     migrate(ch, Target(database=database))
     assert _rows(ch, f"SELECT {ours} FROM {database}.events") == expected, "whether or not the mutation has run"
     for table in ("event_vm_rollup", "event_rollup"):
