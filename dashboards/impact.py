@@ -25,7 +25,7 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Impact per fault domain",
             "barchart",
-            "SELECT domain_label AS fault_domain, count() AS events, uniqExactMerge(vms_) AS vms, "
+            "SELECT domain_label AS fault_domain, count() AS events_hit, uniqExactMerge(vms_) AS vms_hit, "
             "round(sum(impact_) / sum(kept_), 3) AS avg_impact_s, round(max(max_), 3) AS max_impact_s, "
             f"round(sum(impact_), 3) AS total_impact_s FROM {f.hit_domains(hit)} "
             "GROUP BY fault_set_id, fault_set, domain_, domain_label ORDER BY fault_set, domain_, fault_set_id",
@@ -33,7 +33,8 @@ def panels() -> list[g.Panel | g.Row]:
             unit="s",
             description="Per VM hit: the downtime its collector measured (a pause, a reboot) that began in the "
             "range. Summed over the VMs of each fault domain of each set (scale set, or the availability set: "
-            "the VMs that observe the same events), labelled 'set / FD n'.",
+            "the VMs that observe the same events), labelled 'set / FD n'. events_hit and vms_hit count the events "
+            "and VMs with such downtime (audit fault-domains counts every event first seen in a window instead).",
             options={"xField": "fault_domain", "showValue": "auto"},
         ),
         g.Panel(

@@ -174,8 +174,8 @@ def test_impact_panels(seeded: Seeded, everything: dict[str, Selection]) -> None
     for fd_label, row in rows.items():
         mine = [t for t in hit if seeded.fd_label(t) == fd_label]
         downs = [seeded.real_down_s[(t["event_id"], t["vm_name"])] for t in mine]
-        assert row["events"] == len({t["event_id"] for t in mine})
-        assert row["vms"] == len({t["vm_name"] for t in mine})
+        assert row["events_hit"] == len({t["event_id"] for t in mine})
+        assert row["vms_hit"] == len({t["vm_name"] for t in mine})
         assert mean(downs) - CLOCKS_S <= row["avg_impact_s"] <= mean(downs) + TICK_S + 0.5
         assert max(downs) - CLOCKS_S <= row["max_impact_s"] <= max(downs) + TICK_S + 0.5
     truth, windows = seeded.events(), seeded.windows()
@@ -210,7 +210,7 @@ def test_impact_per_fault_domain_keeps_the_set_when_one_vm_is_picked(seeded: See
     rows = _run(seeded, "sevents-impact", "Impact per fault domain", chosen).dicts()
     hit = [t for t in _affected(seeded) if t["vm_name"] == "web-0" and t["down_s"] is not None]
     assert [r["fault_domain"] for r in rows] == ["web / FD 0"]
-    assert rows[0]["events"] == len(hit) and rows[0]["vms"] == 1
+    assert rows[0]["events_hit"] == len(hit) and rows[0]["vms_hit"] == 1
 
 
 def test_pipeline_panels(seeded: Seeded, everything: dict[str, Selection]) -> None:
