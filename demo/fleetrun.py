@@ -4,7 +4,8 @@ Used by ``sevents-demo``, the end-to-end tests and the latency benchmark. Every 
 simulator serves HTTP on loopback, each collector has its own state dir and polls it over HTTP, the ingest
 reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``. Collectors run as
 threads of this process (``Agent``), or with ``processes=True`` as ``sevents-collector run`` processes that the
-simulated VMs' real downtime is done to (``demo.processes``): paused, or killed and started with a new boot id.
+simulated VMs' real downtime is done to (``demo.processes``): paused, or killed and started with a new boot id;
+and the scenario's collector faults: killed, or stopped cleanly, for good.
 """
 
 from __future__ import annotations
@@ -96,10 +97,13 @@ class FleetRun:
             raise RuntimeError(f"{len(self.failures)} pipeline threads failed") from self.failures[0]
 
     def wait_answered(self, *, since: datetime, times: int, timeout: float) -> bool:
-        """Until every VM was answered ``times`` times after ``since`` (or ``timeout`` seconds passed)."""
+        """Until every VM whose collector runs was answered ``times`` times after ``since`` (or ``timeout`` seconds
+        passed)."""
         deadline = time.monotonic() + timeout
+        ended = {p.vm for p in self.processes if p.ended}  # killed or stopped by the scenario: never asks again
+        polling = [vm for vm in self.sim.vm_names if vm not in ended]
         while time.monotonic() < deadline:
-            if all(sum(1 for t in self.sim.served(vm) if t > since) >= times for vm in self.sim.vm_names):
+            if all(sum(1 for t in self.sim.served(vm) if t > since) >= times for vm in polling):
                 return True
             if self.collectors_stop.wait(min(0.05, self.poll_interval)):
                 return False
@@ -159,6 +163,8 @@ def start(
             shutil.rmtree(workdir / part, ignore_errors=True)
     (workdir / "collectors").mkdir(parents=True, exist_ok=True)
     sim = SimServer(load_scenario(scenario), speed=speed)
+    if sim.scenario.collector_faults and not processes:
+        log.warning("the scenario's collector faults are done to collector processes only: ignored")
     if approval is None and sim.scenario.collector_approval is not None:
         approval = write_approval_config(workdir / "collector.toml", sim.scenario.collector_approval)
     settings = IngestSettings(

@@ -5,6 +5,10 @@ A VM that is down runs nothing, its collector included: while the simulator says
 (SIGSTOP) and continues it (SIGCONT) when the VM runs again; a reboot (Reboot, Redeploy, a host failure) kills it
 (SIGKILL), gives its VM a new boot id, and starts it again once the VM is back. The collector then measures what
 it went through, as it would on a real VM.
+
+A scenario's ``[[collector_faults]]`` end a collector while its VM runs on: ``kill`` (SIGKILL, a crash with no last
+word) or ``stop`` (SIGTERM, a clean stop with its final heartbeat). Either way it stays ended, through later
+downtime of its VM too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Final
 
 from collector.liveness import ALIVE_FILE
 from simulator import SimServer
-from simulator.state import DownSpan
+from simulator.state import CollectorFault, DownSpan
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,7 @@ class CollectorProcess:
     argv: list[str]
     state_dir: Path
     process: subprocess.Popen[bytes] | None = None
+    ended: str = ""  # "kill" or "stop": a scenario's collector fault ended it for good
 
     def start(self) -> None:
         """Start it; its log goes to ``collector.log`` in its state dir."""
@@ -171,15 +176,18 @@ class Applied:
 
 @dataclass
 class Downtimes:
-    """Follows the simulator's downtime and does it to the collectors; ``applied`` lists what it did."""
+    """Follows the simulator's downtime and collector faults and does them to the collectors; ``applied`` lists the
+    downtime it did, ``faulted`` the collector faults."""
 
     sim: SimServer
     collectors: dict[str, CollectorProcess]
     applied: list[Applied] = field(default_factory=list)
+    faulted: list[CollectorFault] = field(default_factory=list)
     _open: dict[tuple[str, str, datetime], Applied | None] = field(default_factory=dict)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(WATCH_S):
+            self._collector_faults()
             now = datetime.now(UTC)
             for span in self.sim.downtime():
                 key = (span.vm_name, span.label, span.began_at)
@@ -195,7 +203,20 @@ class Downtimes:
                     self._end(applied, collector)
                     self._open[key] = None
 
+    def _collector_faults(self) -> None:
+        """End the collectors the scenario kills or stops now (never waited for: a paused one ends once continued)."""
+        for fault in self.sim.collector_faults():
+            collector = self.collectors.get(fault.vm_name)
+            if fault in self.faulted or collector is None or collector.ended:
+                continue
+            collector.ended = fault.kind
+            collector.signal(signal.SIGKILL if fault.kind == "kill" else signal.SIGTERM)
+            self.faulted.append(fault)
+            log.info("collector ended", extra={"vm": fault.vm_name, "kind": fault.kind})
+
     def _begin(self, span: DownSpan, collector: CollectorProcess) -> Applied:
+        if collector.ended:  # nothing left to stop: the VM is down all the same
+            return Applied(span, datetime.now(UTC))
         if span.how == "reboot":
             collector.signal(signal.SIGKILL)
             if collector.process is not None:
@@ -210,7 +231,9 @@ class Downtimes:
 
     def _end(self, applied: Applied, collector: CollectorProcess) -> None:
         applied.up_at = datetime.now(UTC)
-        if applied.span.how == "reboot":
+        if collector.ended:  # a killed or stopped collector stays ended, even once its VM is back
+            collector.signal(signal.SIGCONT)  # a stop (SIGTERM) pending while it was paused goes through
+        elif applied.span.how == "reboot":
             collector.start()
         else:
             collector.signal(signal.SIGCONT)
@@ -221,6 +244,15 @@ class Downtimes:
             if applied is not None:
                 self._end(applied, self.collectors[vm])
         self._open.clear()
+
+
+def down_spans(applied: Iterable[Applied]) -> dict[str, list[tuple[datetime, datetime]]]:
+    """VM -> when its collector was really stopped (a downtime still going on runs to the end of time)."""
+    spans: dict[str, list[tuple[datetime, datetime]]] = {}
+    for a in applied:
+        back = a.up_at if a.up_at is not None else datetime.max.replace(tzinfo=UTC)
+        spans.setdefault(a.span.vm_name, []).append((a.down_at, back))
+    return spans
 
 
 def answers_heard(served: Mapping[str, Sequence[datetime]], applied: Iterable[Applied]) -> dict[str, list[datetime]]:

@@ -57,6 +57,12 @@ def cross_check(s: Scenario, groups: Collection[str]) -> list[str]:
         problems.extend(f"pause: unknown VM {v!r}" for v in pause.vms if v not in names)
         if not pause.vms or pause.at_s < 0 or not 0 < pause.down_s <= FAULT_LIMITS["seconds"]:
             problems.append(f"pause: needs vms, at >= 0 and 0 < down <= {FAULT_LIMITS['seconds']:g}")
+    for cf in s.collector_faults:
+        problems.extend(f"collector fault: unknown VM {v!r}" for v in cf.vms if v != "*" and v not in names)
+        if not cf.vms or cf.at_s < 0:
+            problems.append("collector fault: needs vms and at >= 0")
+    if s.end_s is not None and s.end_s <= 0:
+        problems.append("end: must be positive")
     ids = [e.event_id for e in s.events if e.event_id]
     if len(set(ids)) != len(ids):
         problems.append("events: explicit ids must be unique")

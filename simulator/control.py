@@ -52,8 +52,8 @@ def handle(sim: ControlTarget, method: str, path: str, query: dict[str, list[str
         if path == "/_sim/status":
             return Reply(200, sim.status())
         if path == "/_sim/vms":
-            vms = sim.engine.vms.values()
-            return Reply(200, [{**vars(vm.view), "group": vm.group, "base_path": f"/vm/{vm.name}"} for vm in vms])
+            vms = [{**vars(vm.view), "group": vm.group, "fault_set": vm.fault_set} for vm in sim.engine.vms.values()]
+            return Reply(200, [{**vm, "base_path": f"/vm/{vm['name']}"} for vm in vms])
         if path == "/_sim/history":
             return _history(sim, (query.get("vm") or [sim.default_vm])[0])
         if path == "/_sim/faults":

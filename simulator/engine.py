@@ -11,6 +11,8 @@ Event lifecycle (one state per event; every VM of the event's group sees the sam
     pending --visible--> Scheduled --approved or NotBefore--> Started --started_for--> completed (gone)
     pending --status="Started" (host failure)-------------->  Started
     Scheduled --cancel_after--> cancelled (gone)
+
+A scenario with an ``end`` stops there: nothing due after it happens, and an event still Scheduled stays so.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from simulator.fleet import Vm, build_fleet
 from simulator.protocol import EventView
 from simulator.scenario import EventSpec, Scenario
-from simulator.state import GONE, DownSpan, EventState, Happening, Served, VmState, truth_row
+from simulator.state import GONE, CollectorFault, DownSpan, EventState, Happening, Served, VmState, truth_row
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Engine:
         self._scripted_done: set[tuple[int, str, str]] = set()
         self._resets_done: set[int] = set()
         self.approval_log: list[tuple[datetime, str, str, str]] = []  # (at, vm, event_id, "http"|"script")
+        self.end_at = None if scenario.end_s is None else self._after(start, scenario.end_s)
+        self._ended = False
         for state in self._vm.values():
             state.history.append(Served(start, state.incarnation, ()))
 
@@ -232,7 +236,9 @@ class Engine:
     # -- public -----------------------------------------------------------------------------------------
 
     def advance(self, now: datetime) -> list[Happening]:
-        """Apply every scripted step due at or before ``now``, oldest first."""
+        """Apply every scripted step due at or before ``now`` (and the scenario's end), oldest first."""
+        if self.end_at is not None and now >= self.end_at:
+            now, self._ended = self.end_at, True
         happened: list[Happening] = []
         instant: datetime | None = None
         while True:
@@ -279,8 +285,9 @@ class Engine:
         return [], happened
 
     def done(self) -> bool:
-        """True once every event is gone and every reset has happened."""
-        return all(e.state in GONE for e in self._events) and len(self._resets_done) == len(self.scenario.resets)
+        """True once the scenario's end passed, or every event is gone and every reset has happened."""
+        gone = all(e.state in GONE for e in self._events)
+        return self._ended or (gone and len(self._resets_done) == len(self.scenario.resets))
 
     def history(self, name: str) -> list[Served]:
         """Every document VM ``name`` went through, oldest first."""
@@ -289,7 +296,7 @@ class Engine:
     def truth(self) -> list[dict[str, Any]]:
         """One row per (event, VM that saw it): what really happened, in the interface's shape."""
         return [
-            truth_row(e, self.vms[name].view, self._down_at(e))
+            truth_row(e, self.vms[name].view, self.vms[name].fault_set, self._down_at(e))
             for e in self._events
             if e.visible_at
             for name in e.recipients
@@ -314,7 +321,18 @@ class Engine:
             at = self._after(self.start, pause.at_s)
             end = at + timedelta(seconds=pause.down_s)
             spans += [DownSpan(vm, "", f"pause-{i}", at, end, "pause") for vm in pause.vms]
-        return sorted((d for d in spans if d.began_at <= now), key=lambda d: (d.began_at, d.vm_name))
+        last = now if self.end_at is None else min(now, self.end_at)
+        return sorted((d for d in spans if d.began_at <= last), key=lambda d: (d.began_at, d.vm_name))
+
+    def collector_faults(self, now: datetime) -> list[CollectorFault]:
+        """The scenario's collector faults due by ``now`` (and before its end), one per VM, oldest first."""
+        out = [
+            CollectorFault(vm, cf.kind, self._after(self.start, cf.at_s))
+            for cf in self.scenario.collector_faults
+            for vm in (self.vms if "*" in cf.vms else cf.vms)
+        ]
+        last = now if self.end_at is None else min(now, self.end_at)
+        return sorted((f for f in out if f.at <= last), key=lambda f: (f.at, f.vm_name))
 
     def down_until(self, name: str, now: datetime) -> datetime | None:
         """When VM ``name``, down at ``now``, runs again; None when it is running."""

@@ -27,6 +27,11 @@ class Vm:
     def fault_domain(self) -> int:
         return self.view.fault_domain
 
+    @property
+    def fault_set(self) -> str:
+        """The set its fault domain belongs to: its availability set or scale set; a standalone VM is its own."""
+        return self.name if self.group_kind == "standalone" else self.group
+
 
 def _vm_name(group: GroupSpec, index: int) -> str:
     # Scale-set instances are named <set>_<n> by Azure; availability-set VMs are free names.
@@ -46,20 +51,22 @@ def _resource_id(spec: FleetSpec, group: GroupSpec, index: int, name: str) -> st
 
 
 def build_fleet(spec: FleetSpec) -> tuple[Vm, ...]:
-    """The VMs of the fleet; fault and update domains round-robin within each group, as Azure spreads them."""
+    """The VMs of the fleet; fault and update domains round-robin within each group, as Azure spreads them (a
+    standalone VM is in fault and update domain 0 of its own)."""
     vms: list[Vm] = []
     counter = 0
     for group in spec.groups:
         for i in range(group.size):
             name = _vm_name(group, i)
             counter += 1
+            alone = group.kind == "standalone"
             view = VmView(
                 vm_id=str(uuid.uuid5(_NAMESPACE, f"{spec.subscription_id}/{spec.resource_group}/{name}")),
                 name=name,
                 location=spec.location,
                 zone=group.zone,
-                fault_domain=i % group.fault_domains,
-                update_domain=i % group.update_domains,
+                fault_domain=0 if alone else i % group.fault_domains,
+                update_domain=0 if alone else i % group.update_domains,
                 scale_set=group.name if group.kind == "scale-set" else "",
                 subscription_id=spec.subscription_id,
                 resource_group=spec.resource_group,

@@ -11,6 +11,7 @@ from typing import Any, Final
 from simulator.checks import cross_check
 from simulator.errors import ScenarioError
 from simulator.scenario import (
+    COLLECTOR_FAULT_KINDS,
     DEFAULT_DESCRIPTION,
     DEFAULT_DOWN_S,
     DEFAULT_DURATION_S,
@@ -21,6 +22,7 @@ from simulator.scenario import (
     FAULT_PATHS,
     GROUP_KINDS,
     ApprovalSpec,
+    CollectorFaultSpec,
     EventSpec,
     FaultSpec,
     FleetSpec,
@@ -236,6 +238,12 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         t = _Table(raw, f"pauses[{i}]", problems)
         pauses.append(PauseSpec(t.strings("vms", []), t.get("at", float, 0.0), t.get("down", float, 3.0)))
         t.finish()
+    collector_faults = []
+    for i, raw in enumerate(root.tables("collector_faults")):
+        t = _Table(raw, f"collector_faults[{i}]", problems)
+        kind = t.choice("kind", COLLECTOR_FAULT_KINDS, "kill")
+        collector_faults.append(CollectorFaultSpec(t.strings("vms", []), kind, t.get("at", float, 0.0)))
+        t.finish()
     scenario = Scenario(
         name=root.get("name", str, name),
         description=root.get("description", str, ""),
@@ -247,6 +255,8 @@ def parse_scenario(data: dict[str, Any], name: str) -> Scenario:
         resets=tuple(resets),
         pauses=tuple(pauses),
         collector_approval=root.get("collector_approval", dict, None),
+        collector_faults=tuple(collector_faults),
+        end_s=root.get("end", float, None),
     )
     root.finish()
     problems.extend(cross_check(scenario, set(by_name)))

@@ -15,6 +15,8 @@ EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 GROUP_KINDS: Final = ("availability-set", "scale-set", "standalone")
 FAULT_KINDS: Final = ("429", "410", "500", "timeout", "slow", "malformed", "truncated", "reset")
 FAULT_PATHS: Final = ("scheduledevents", "instance", "any")
+# What can happen to a VM's collector process while its VM runs on (done by sevents-demo, see CollectorFaultSpec).
+COLLECTOR_FAULT_KINDS: Final = ("kill", "stop")
 # Upper bounds of a fault's numbers: beyond them a wait overflows the platform's timeout (and no game day needs more).
 FAULT_LIMITS: Final = {"count": 1_000_000, "retry_after": 86_400, "seconds": 3_600.0}
 # Minimum notice per event type (seeds: Freeze/Reboot 15 min, Redeploy 10, Terminate 5-15, Preempt ~30 s).
@@ -133,6 +135,17 @@ class PauseSpec:
 
 
 @dataclass(frozen=True)
+class CollectorFaultSpec:
+    """Something done to the collector processes of ``vms`` at ``at_s``, their VMs running on: ``kill`` (SIGKILL, a
+    crash: it stays dead, with no last word) or ``stop`` (SIGTERM, a clean stop: its final heartbeat). The simulator
+    only schedules them (``Engine.collector_faults``); ``demo.processes`` does them to real collectors."""
+
+    vms: tuple[str, ...]  # names or ("*",)
+    kind: str
+    at_s: float
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A whole game day."""
 
@@ -148,3 +161,7 @@ class Scenario:
     # The [approval] table the scenario's collectors run with (``[collector_approval]``; "{python}" in a hook's
     # argv is the running interpreter). The simulator does nothing with it: demo.fleetrun hands it to the collectors.
     collector_approval: Mapping[str, Any] | None = None
+    collector_faults: tuple[CollectorFaultSpec, ...] = ()
+    # The scenario ends here (scenario seconds) whatever is still pending or Scheduled: nothing happens after it.
+    # None: it ends once every event is gone.
+    end_s: float | None = None

@@ -36,7 +36,7 @@ from simulator.protocol import (
     render_instance,
 )
 from simulator.scenario import Scenario
-from simulator.state import DownSpan, Happening, Served
+from simulator.state import CollectorFault, DownSpan, Happening, Served
 
 log = logging.getLogger("simulator")
 TICK_S = 0.01  # how often the background ticker advances the engine (wall seconds)
@@ -181,7 +181,7 @@ class SimServer:
         return list(self._vm_names)
 
     def done(self) -> bool:
-        """True once every scenario event has ended (completed or cancelled)."""
+        """True once every scenario event has ended (completed or cancelled), or the scenario's ``end`` passed."""
         self.advance()
         return self._done.is_set()
 
@@ -298,6 +298,12 @@ class SimServer:
         with self._lock:
             self.advance()
             return self.engine.downtime(self._clock())
+
+    def collector_faults(self) -> list[CollectorFault]:
+        """The scenario's collector faults due so far (``demo.processes`` does them to real collectors)."""
+        with self._lock:
+            self.advance()
+            return self.engine.collector_faults(self._clock())
 
     def control(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply:
         """The ``/_sim/...`` control and inspection endpoints (see simulator/control.py)."""

@@ -52,6 +52,15 @@ class DownSpan:
         return (self.ended_at - self.began_at).total_seconds()
 
 
+@dataclass(frozen=True)
+class CollectorFault:
+    """The collector of ``vm_name`` killed (``kill``) or stopped cleanly (``stop``) at ``at``, its VM running on."""
+
+    vm_name: str
+    kind: str
+    at: datetime
+
+
 @dataclass
 class EventState:
     spec: EventSpec
@@ -80,9 +89,10 @@ class VmState:
     history: list[Served] = field(default_factory=list)
 
 
-def truth_row(e: EventState, vm: VmView, down_at: datetime | None = None) -> dict[str, Any]:
+def truth_row(e: EventState, vm: VmView, fault_set: str, down_at: datetime | None = None) -> dict[str, Any]:
     """What really happened to event ``e`` as VM ``vm`` saw it (the interface's truth shape plus extras);
-    ``down_at``: when the event's VMs went down (the engine knows the speed that places it)."""
+    ``fault_set``: the set its fault domain belongs to (a standalone VM's own name); ``down_at``: when the event's
+    VMs went down (the engine knows the speed that places it)."""
     hit = vm.name in e.resources and e.started_at is not None and e.spec.down_s > 0
     return {
         "event_id": e.event_id,
@@ -91,6 +101,7 @@ def truth_row(e: EventState, vm: VmView, down_at: datetime | None = None) -> dic
         "vm_id": vm.vm_id,
         "fault_domain": vm.fault_domain,
         "update_domain": vm.update_domain,
+        "fault_set": fault_set,
         "affected": vm.name in e.resources,
         "event_type": e.spec.event_type,
         "event_source": e.spec.source,

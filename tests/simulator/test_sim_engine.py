@@ -297,3 +297,43 @@ def test_wave_with_a_non_text_group_is_a_scenario_problem() -> None:
     data = {"fleet": {"groups": [{"name": "web", "size": 2}]}, "waves": [{"group": ["web"], "type": "Freeze"}]}
     with pytest.raises(ScenarioError, match="group"):
         parse_scenario(data, "odd")
+
+
+def test_an_end_stops_the_scenario_with_events_still_scheduled() -> None:
+    """Nothing due after ``end`` happens: the event stays Scheduled, truth calls it active, the engine is done."""
+    event = {"label": "r", "group": "web", "vms": ["web-1"], "type": "Reboot", "at": 10, "notice": 900}
+    e = engine(small_scenario([event], end=100, collector_faults=[{"vms": ["*"], "kind": "stop", "at": 50}]))
+    e.advance(at(99))
+    assert not e.done()
+    e.advance(at(5000))  # well past NotBefore
+    assert e.done()
+    assert {(r["outcome"], r["started_at"], r["ended_at"]) for r in e.truth()} == {("active", None, None)}
+    assert [ev.status for ev in e.history("web-1")[-1].events] == ["Scheduled"]
+
+
+def test_collector_faults_fall_due_once_per_vm() -> None:
+    """A collector fault names VMs (or every VM with "*") and falls due at its scenario time; none after the end."""
+    faults = [
+        {"vms": ["web-3"], "kind": "kill", "at": 20},
+        {"vms": ["*"], "kind": "stop", "at": 60},
+        {"vms": ["web-0"], "kind": "kill", "at": 500},  # after the end: never
+    ]
+    e = engine(small_scenario([], end=100, collector_faults=faults), speed=2.0)
+    assert e.collector_faults(at(9)) == []
+    assert [(f.vm_name, f.kind, f.at) for f in e.collector_faults(at(10))] == [("web-3", "kill", at(10))]
+    due = e.collector_faults(at(1000))
+    assert [(f.vm_name, f.kind) for f in due] == [
+        ("web-3", "kill"), ("web-0", "stop"), ("web-1", "stop"), ("web-2", "stop"), ("web-3", "stop"),
+    ]  # fmt: skip
+
+
+def test_invalid_collector_faults_and_end_are_scenario_problems() -> None:
+    with pytest.raises(ScenarioError) as err:
+        small_scenario(
+            [],
+            end=-1,
+            collector_faults=[{"vms": ["web-9"], "kind": "pause", "at": -1}, {"vms": [], "colour": "red"}],
+        )
+    text = "\n".join(err.value.problems)
+    for needle in ("web-9", "pause", "at >= 0", "colour", "end: must be positive"):
+        assert needle in text, needle

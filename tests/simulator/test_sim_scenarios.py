@@ -157,6 +157,55 @@ def check_shared_host(s: SimServer, rows: list[dict[str, Any]]) -> None:
     }
 
 
+def check_standalone_down(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """Each standalone VM alone sees its event, is its own set in fault domain 0, and is down for it; db-2's Reboot
+    ends while db-2 is down."""
+    assert sorted((r["label"], r["vm_name"]) for r in rows) == [
+        ("freeze", "db-0"),
+        ("reboot", "db-1"),
+        ("reboot-ends-down", "db-2"),
+    ]
+    for r in rows:
+        assert r["resources"] == [r["vm_name"]] and r["fault_set"] == r["vm_name"]
+        assert (r["fault_domain"], r["update_domain"], r["outcome"]) == (0, 0, "completed")
+    spans = {(d.vm_name, d.how): d.down_s for d in s.downtime()}
+    assert spans == {("db-0", "pause"): 5.0, ("db-1", "reboot"): 5.0, ("db-2", "reboot"): 8.0}
+    short = by_label(rows)["reboot-ends-down"][0]
+    assert short["ended_at"] < short["down_at"] + timedelta(seconds=short["down_s"])
+
+
+def check_whole_set_down(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """Every VM that sees the events is affected and down for them."""
+    everyone = ["app-0", "app-1", "app-2", "app-3"]
+    for label in ("freeze", "reboot"):
+        mine = by_label(rows)[label]
+        assert sorted(r["vm_name"] for r in mine) == everyone
+        assert all(r["affected"] and r["resources"] == everyone and r["down_s"] for r in mine)
+        assert {r["fault_set"] for r in mine} == {"app"}
+    assert {d.vm_name for d in s.downtime() if d.how == "reboot"} == set(everyone)
+
+
+def check_observer_killed(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """web-3's collector is killed while the Reboot it sees (but is not named in) runs (Started by then once the
+    collectors' policy approved it; without collectors it waits for NotBefore)."""
+    (kill,) = s.collector_faults()
+    assert (kill.vm_name, kill.kind) == ("web-3", "kill")
+    assert secs(s, kill.at - s.engine.start) == pytest.approx(160)
+    (r,) = [r for r in rows if r["vm_name"] == "web-3"]
+    assert not r["affected"] and r["first_visible_at"] < kill.at < r["ended_at"]
+
+
+def check_stopped_scheduled(s: SimServer, rows: list[dict[str, Any]]) -> None:
+    """Every collector is stopped cleanly while both events are Scheduled; the scenario ends before NotBefore."""
+    stops = s.collector_faults()
+    assert sorted(f.vm_name for f in stops) == ["web-0", "web-1", "web-2"] and {f.kind for f in stops} == {"stop"}
+    assert s.engine.end_at is not None and stops[0].at < s.engine.end_at
+    assert secs(s, s.engine.end_at - s.engine.start) == pytest.approx(240)
+    for r in rows:
+        assert (r["outcome"], r["started_at"], r["ended_at"]) == ("active", None, None)
+    assert all(ev.status == "Scheduled" for ev in s.history("web-0")[-1].events)
+
+
 CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     "live-migration": check_live_migration,
     "platform-reboot": check_unapproved("Reboot"),
@@ -180,6 +229,10 @@ CHECKS: dict[str, Callable[[SimServer, list[dict[str, Any]]], None]] = {
     # their collectors' hooks fail or hang (tests/collector_edges/test_edges_approval.py): the same as no collectors
     "approve-hook-fails": check_unapproved("Reboot", 120),
     "approve-hook-hangs": check_unapproved("Reboot", 120),
+    "standalone-down": check_standalone_down,
+    "whole-set-down": check_whole_set_down,
+    "observer-killed": check_observer_killed,
+    "stopped-scheduled": check_stopped_scheduled,
 }
 
 
@@ -200,7 +253,7 @@ def test_builtin_scenario_runs_to_completion(start_sim: Callable[..., SimServer]
         with requests.Session() as http:
             http.trust_env = False
             while not stop.is_set():
-                doc = http.get(events_url(server, watched), headers=HEADERS, timeout=5).json()
+                doc = http.get(events_url(server, watched), headers=HEADERS, timeout=15).json()  # held while down
                 observed.append((doc["DocumentIncarnation"], doc["Events"]))
                 stop.wait(0.005)
 
@@ -212,7 +265,7 @@ def test_builtin_scenario_runs_to_completion(start_sim: Callable[..., SimServer]
         stop.set()
         poller.join()
     for vm in server.vm_names:
-        check_history(server.history(vm))
+        check_history(server.history(vm), ended_early=server.scenario.end_s is not None)
     served = {s.incarnation: s for s in server.history(watched)} if name != "incarnation-reset" else {}
     for incarnation, events in observed:
         if served:
