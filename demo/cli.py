@@ -5,6 +5,10 @@ a cancellation, a host failure, a pause no event announces) served over loopback
 VM polling it, the ingest loading ``<workdir>/clickhouse``; then the stored history is compared with the
 simulator's ground truth. The VMs' downtime is made real: a paused VM's collector is stopped (SIGSTOP) for the
 pause, a rebooted VM's collector killed and started again with a new boot id once the VM is back.
+
+Every figure the summary prints is compared with the truth, or its table says it is not: times and durations
+within one poll interval + 0.5 s of the simulator's own moments, downtime within one collector tick + 0.5 s
+(``demo.compare``); each comparison counts in the closing "N of M values match", and any mismatch exits 1.
 """
 
 from __future__ import annotations
@@ -14,15 +18,28 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from collector.settings import CollectorSettings
 from dashboards import report
-from demo.compare import Check, compare, compare_downtime, fault_domain_checks, fault_domain_truth
+from demo.compare import (
+    Check,
+    approval_checks,
+    compare,
+    compare_downtime,
+    domain_label,
+    domain_lags,
+    fault_domain_checks,
+    fault_domain_means,
+    fault_domain_truth,
+    first_answer_lags,
+    not_before_unseen,
+)
 from demo.fleetrun import FleetRun, start
-from demo.processes import answers_heard
+from demo.processes import answers_heard, down_spans
 from ingest import queries
 from ingest.errors import IngestError
 from ingest.output import table
@@ -30,6 +47,12 @@ from sevents import records
 from sevents.errors import ExitCode, exit_code
 from sevents.logs import setup_logging
 from simulator.errors import ScenarioError
+
+# a measured downtime is at most one collector tick longer than the real one, plus signal and scheduling delays
+TICK_S = CollectorSettings().tick_interval
+DOWNTIME_TOLERANCE_S = TICK_S + 0.5
+# a time is seen at the first poll after it: late by up to one poll interval, plus the round trip and scheduling
+SLACK_S = 0.5
 
 
 def parser() -> argparse.ArgumentParser:
@@ -106,8 +129,9 @@ def _demo(args: argparse.Namespace) -> int:
             print(f"scenario not done after {args.timeout:g} s; summarising what was recorded", file=sys.stderr)
         print("  scenario done; collectors see the last changes, then the ingest drains the outboxes")
         run.finish()
+        run_end = datetime.now(UTC)  # every collector has stopped
         print(f"  {run.stored()} records stored in {time.monotonic() - began:.0f} s\n")
-        ok = _summary(run, args.poll_interval, started_at)
+        ok = _summary(run, args.poll_interval, started_at, run_end)
         _report(run, args.workdir, started_at)
     finally:
         run.close()
@@ -136,30 +160,82 @@ def _really_done(run: FleetRun) -> dict[Any, float]:
     return {a.span: (a.up_at - a.down_at).total_seconds() for a in run.downtimes.applied if a.up_at is not None}
 
 
-def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
-    window = {"since": started_at - timedelta(minutes=5), "until": datetime.now(UTC) + timedelta(minutes=5)}
-    events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
-    truth = run.sim.truth()
+def _stopped(run: FleetRun, run_end: datetime) -> tuple[dict[str, datetime], dict[str, datetime]]:
+    """When each VM's collector stopped for good (a scenario's collector fault at its moment, the others at the
+    run's end), and those ended by a fault that the pipeline does not count as silent yet."""
+    faulted = {f.vm_name: f.at for f in ([] if run.downtimes is None else run.downtimes.faulted)}
+    silent_from = datetime.now(UTC) - timedelta(seconds=queries.SILENT_AFTER_S)
+    return {vm: run_end for vm in run.sim.vm_names} | faulted, {
+        vm: at for vm, at in faulted.items() if at > silent_from
+    }
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What the simulator says happened, and what the collectors could know of it."""
+
+    rows: list[dict[str, Any]]
+    groups: dict[str, str]  # VM name -> the set its fault domain belongs to (a standalone VM is its own)
+    served: dict[str, list[datetime]]  # the answers each collector read
+    stopped: dict[str, datetime]  # when each collector stopped for good
+    not_silent: dict[str, datetime]  # those a scenario ended early, not silent yet for the pipeline
+    done: dict[Any, float]  # DownSpan -> seconds its collector was really stopped
+    down: dict[str, list[tuple[datetime, datetime]]]  # VM -> when its collector was really stopped
+
+
+def _truth(run: FleetRun, run_end: datetime) -> Truth:
+    rows = run.sim.truth()
     served = {vm: run.sim.served(vm) for vm in run.sim.vm_names}
     if run.downtimes is not None:
         served = answers_heard(served, run.downtimes.applied)
-    # each VM's availability set or scale set as the simulator built the fleet: the truth of the scoped FDs
-    groups = {vm.name: vm.group for vm in run.sim.engine.vms.values()}
-    checks = compare(events, truth, tolerance_s=poll_interval + 0.25, served=served, groups=groups)
+    groups = {row["vm_name"]: row["fault_set"] for row in rows}
+    down = down_spans(run.downtimes.applied) if run.downtimes is not None else {}
+    return Truth(rows, groups, served, *_stopped(run, run_end), _really_done(run), down)
+
+
+def _summary(run: FleetRun, poll_interval: float, started_at: datetime, run_end: datetime) -> bool:
+    """Print every figure next to its check; True when every check passed."""
+    window = {"since": started_at - timedelta(minutes=5), "until": datetime.now(UTC) + timedelta(minutes=5)}
+    tolerance = poll_interval + SLACK_S
+    truth = _truth(run, run_end)
+    events = queries.run(run.client, queries.EVENTS_IN_WINDOW, run.settings.database, **window).dicts()
     downtime = queries.run(run.client, queries.DOWNTIME, run.settings.database, **window).dicts()
-    unannounced = [d for d in run.sim.downtime() if not d.event_id]
-    checks += compare_downtime(
+    checks = compare(
         events,
-        truth,
-        [d for d in downtime if not d["event_id"]],
-        unannounced,
-        tolerance_s=TICK_S + 0.5,
-        done=_really_done(run),
+        truth.rows,
+        tolerance,
+        served=truth.served,
+        groups=truth.groups,
+        stopped=truth.stopped,
+        not_silent=truth.not_silent,
+        down=truth.down,
+        slack_s=SLACK_S,
     )
+    unannounced = [d for d in run.sim.downtime() if not d.event_id]
+    measured = [d for d in downtime if not d["event_id"]]
+    down_checks = compare_downtime(events, truth.rows, measured, unannounced, DOWNTIME_TOLERANCE_S, truth.done)
+    checks += [c for c in down_checks if c.event_id]
     labels = {c.event_id: c.label for c in checks}
+    _events_table(events, checks, labels, tolerance)
+    checks += _fault_domains(run, window, truth, tolerance)
+    checks += _pauses([c for c in down_checks if not c.event_id], measured)
+    checks += _approvals(run, window, labels, truth, tolerance)
+    bad = [c for c in checks if not c.ok]
+    for c in bad:
+        print(f"  MISMATCH {c.label or c.event_id} {c.field}: recorded {_show(c.ours)}, truth {_show(c.truth)}")
+    print(
+        f"{len(checks) - len(bad)} of {len(checks)} values match the ground truth (times and durations within "
+        f"{tolerance:g} s of the simulator's own moments: one {poll_interval:g} s poll + {SLACK_S:g} s, or on a "
+        f"loaded machine no later than the first answer a running collector read, + {SLACK_S:g} s; downtime "
+        f"within {DOWNTIME_TOLERANCE_S:g} s)"
+    )
+    return not bad
+
+
+def _events_table(events: list[dict[str, Any]], checks: list[Check], labels: dict[str, str], tolerance: float) -> None:
     rows = [
         [
-            labels.get(e["event_id"], "?"),
+            labels.get(e["event_id"]) or "?",
             e["event_type"],
             e["outcome"],
             str(e["affected_vm_count"]),
@@ -168,53 +244,78 @@ def _summary(run: FleetRun, poll_interval: float, started_at: datetime) -> bool:
             _secs(e["approval_latency_s"]),
             _secs(e["duration_s"] if (e["duration_s"] or -1) >= 0 else None),
             _secs(e["observed_impact_s"]),
-            _secs(e["started_to_gone_s"]),
+            _gone_by(e),
             _verdict([c for c in checks if c.event_id == e["event_id"]]),
         ]
         for e in events
     ]
     print(
         "Events recorded (seconds; announced: DurationInSeconds, down: the longest downtime a VM measured on itself, "
-        "started: Started until gone; compared with the simulator's ground truth)"
+        "started: Started until gone, <= when the end is the first poll after the VM's own downtime; every column "
+        f"compared with the simulator's ground truth: times within {tolerance:g} s, down within "
+        f"{DOWNTIME_TOLERANCE_S:g} s)"
     )
     cols = ["event", "type", "outcome", "VMs", "FDs", "notice", "approval", "announced", "down", "started", "truth"]
-    print(table(cols, rows))
+    print(table(cols, rows).rstrip("\n"))
+    for c in checks:
+        if c.note:  # a value other than the truth's, right by a rule: say which
+            print(f"  {c.label} {c.field}: recorded {c.ours}, truth {c.truth}; accepted: {c.note}")
+    print()
+
+
+def _fault_domains(run: FleetRun, window: dict[str, datetime], truth: Truth, tolerance: float) -> list[Check]:
+    """The per-FD table, each domain's event count and means compared with the truth."""
     per_fd = queries.run(run.client, queries.FAULT_DOMAIN_SUMMARY, run.settings.database, **window).dicts()
-    truth_fd = fault_domain_truth(truth, groups)
-    fd_rows = []
+    unknowable = not_before_unseen(truth.rows, truth.served)
+    real = fault_domain_truth(truth.rows, truth.groups, done=truth.done, unknowable=unknowable)
+    checks = fault_domain_checks(per_fd, truth.rows, truth.groups)
+    lags = domain_lags(truth.rows, truth.groups, first_answer_lags(truth.rows, truth.served, truth.down), SLACK_S)
+    checks += fault_domain_means(per_fd, real, tolerance, DOWNTIME_TOLERANCE_S, lags)
+    rows = []
     for fd in per_fd:
-        real = truth_fd.get((fd["fault_set"], fd["fault_domain"]), {})
-        fd_rows.append(
+        want = real.get((fd["fault_set"], fd["fault_domain"]), {})
+        label = domain_label(fd["fault_set"], fd["fault_domain"])
+        rows.append(
             [
                 fd["fault_domain_label"],
-                str(fd["events"]),
-                f"{_secs(fd['avg_approval_latency_s'])} / {_secs(real.get('avg_approval_latency_s'))}",
-                f"{_secs(fd['avg_observed_impact_s'])} / {_secs(real.get('avg_observed_impact_s'))}",
+                f"{fd['events']} / {want.get('events', '-')}",
+                f"{_secs(fd['avg_approval_latency_s'])} / {_secs(want.get('avg_approval_latency_s'))}",
+                f"{_secs(fd['avg_observed_impact_s'])} / {_secs(want.get('avg_observed_impact_s'))}",
+                _verdict([c for c in checks if c.label == label]),
             ]
         )
-    print("Per fault domain of each set (affected VMs; recorded / truth)")
-    print(table(["set / FD", "events", "mean approval latency", "mean downtime"], fd_rows))
-    checks += fault_domain_checks(per_fd, truth, groups)
-    for d in unannounced:
-        ours = [r for r in downtime if not r["event_id"] and r["vm_name"] == d.vm_name]
-        measured = ", ".join(f"{r['duration_s']:.1f}" for r in ours) or "nothing"
-        print(f"Unannounced pause of {d.vm_name}: {d.down_s:.1f} s; measured {measured}")
-    _approvals(run, window, labels)
-    bad = [c for c in checks if not c.ok]
-    for c in bad:
-        print(f"  MISMATCH {c.label or c.event_id} {c.field}: recorded {_show(c.ours)}, truth {_show(c.truth)}")
     print(
-        f"{len(checks) - len(bad)} of {len(checks)} values match the ground truth "
-        f"(each time seen at the first {poll_interval:g} s poll after it)"
+        "Per fault domain of each set (affected VMs; recorded / truth; approval latency within "
+        f"{tolerance:g} s, downtime within {DOWNTIME_TOLERANCE_S:g} s)"
     )
-    return not bad
+    print(table(["set / FD", "events", "mean approval latency", "mean downtime", "truth"], rows))
+    return checks
 
 
-def _approvals(run: FleetRun, window: dict[str, datetime], labels: dict[str, str]) -> None:
+def _pauses(checks: list[Check], measured: list[dict[str, Any]]) -> list[Check]:
+    """One line per pause no event announced: the measurement compared with it, and any other one not compared."""
+    for c in checks:
+        vm = c.label.split()[-1]
+        others = [r["duration_s"] for r in measured if r["vm_name"] == vm and r["duration_s"] != c.ours]
+        extra = f"; also measured {', '.join(f'{s:.1f}' for s in others)} (not compared)" if others else ""
+        verdict = "yes" if c.ok else "no"
+        print(
+            f"Unannounced pause of {vm}: {c.truth:.1f} s; measured {_secs(c.ours)} "
+            f"(within {DOWNTIME_TOLERANCE_S:g} s: {verdict}){extra}"
+        )
+    return checks
+
+
+def _approvals(
+    run: FleetRun, window: dict[str, datetime], labels: dict[str, str], truth: Truth, tolerance: float
+) -> list[Check]:
+    """The approvals table; each approved row compared with the approval the simulator received."""
     rows = queries.run(run.client, queries.APPROVALS, run.settings.database, **window).dicts()
+    checks = approval_checks(rows, run.sim.approvals(), truth.rows, tolerance)
+    by_pair = {(c.event_id, c.label.split()[-1]): c for c in checks}  # labelled "<event> <VM>"
     shown = [
         [
-            labels.get(a["event_id"], "?"),
+            labels.get(a["event_id"]) or "?",
             a["event_type"],
             a["vm_name"],
             a["decision"],
@@ -223,15 +324,18 @@ def _approvals(run: FleetRun, window: dict[str, datetime], labels: dict[str, str
             _secs(a["hook_s"]),
             "-" if a["http_status"] is None else str(a["http_status"]),
             _secs(a["notice_saved_s"]),
+            _verdict([by_pair[(a["event_id"], a["vm_name"])]]) if a["decision"] == "approved" else "not compared",
         ]
         for a in rows
     ]
-    print("Approval policy decisions (the collectors' [approval] table; notice saved: NotBefore minus the approval)")
-    print(table(["event", "type", "VM", "decision", "rule", "hook exit", "hook s", "HTTP", "notice saved"], shown))
-
-
-# a measured downtime is at most one collector tick longer than the real one, plus signal and scheduling delays
-TICK_S = CollectorSettings().tick_interval
+    print(
+        "Approval policy decisions (the collectors' [approval] table; notice saved: NotBefore minus the approval; "
+        f"an approved row is compared with the approval the simulator received, notice saved within {tolerance:g} s; "
+        "other decisions and the rule, hook and HTTP columns are not compared)"
+    )
+    cols = ["event", "type", "VM", "decision", "rule", "hook exit", "hook s", "HTTP", "notice saved", "truth"]
+    print(table(cols, shown))
+    return checks
 
 
 def _report(run: FleetRun, workdir: Path, started_at: datetime) -> None:
@@ -245,6 +349,12 @@ def _report(run: FleetRun, workdir: Path, started_at: datetime) -> None:
 
 def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _gone_by(event: dict[str, Any]) -> str:
+    """Started to gone, marked ``<=`` when the end is only a bound (the first poll after the VM's own downtime)."""
+    bound = "<=" if event.get("ended_at_source") == "after_downtime" and event["started_to_gone_s"] is not None else ""
+    return bound + _secs(event["started_to_gone_s"])
 
 
 def _show(value: object) -> str:
