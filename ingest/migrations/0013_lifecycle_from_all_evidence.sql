@@ -27,8 +27,17 @@
 -- The VMs without a heartbeat for the silence threshold, and which of them are retired (retired_vms' rule).
 DROP VIEW IF EXISTS ${db}.silent_or_retired_vms ${on_cluster};
 CREATE VIEW ${db}.silent_or_retired_vms ${on_cluster} AS
-SELECT vm_id, vm_id IN (SELECT vm_id FROM ${db}.retired_vms) AS retired
-FROM ${db}.heartbeats_latest FINAL
+-- Keep retired in step with retired_vms (tests/ingest/test_ingest_active.py compares them): one pass here.
+SELECT
+    vm_id,
+    toUInt8(r.retired_at >= h.started_at OR final
+            OR dateDiff('millisecond', observed_at, now64(3)) / 1000 > getSettingOrDefault('custom_sevents_retire_after_s', 259200))
+        AS retired
+FROM ${db}.heartbeats_latest AS h FINAL
+LEFT JOIN
+(
+    SELECT vm_id, max(retired_at) AS retired_at FROM ${db}.vm_retirements GROUP BY vm_id
+) AS r USING (vm_id)
 WHERE dateDiff('millisecond', observed_at, now64(3)) / 1000 > getSettingOrDefault('custom_sevents_silent_after_s', 300);
 
 DROP VIEW IF EXISTS ${db}.event_vms_since ${on_cluster};
@@ -57,8 +66,12 @@ FROM
     -- the event's moments over all its observers, on each of its rows
     SELECT
         *,
-        min(pair_started_) OVER w AS event_started_,
         min(vm_started_at) OVER w AS event_seen_started_,
+        -- the event's first downtime, never before it was first seen (events_since's rule)
+        if(min(down_at) OVER w IS NULL, NULL, greatest(min(down_at) OVER w, min(first_seen_at) OVER w))
+            AS event_down_started_,
+        multiIf(event_seen_started_ IS NULL, event_down_started_, event_down_started_ IS NULL, event_seen_started_,
+                least(event_seen_started_, event_down_started_)) AS event_started_,
         argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) OVER w AS event_not_before_,
         max(ended_at IS NOT NULL) OVER w AS event_end_seen_by_any_
     FROM
@@ -70,21 +83,19 @@ FROM
             anomalies,
             if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
             i.observed_impact_s AS observed_impact_s,
-            -- the event started no later than the downtime this VM measured for it began, and not before this VM saw it
-            if(i.down_at IS NULL, NULL, greatest(i.down_at, first_seen_at)) AS down_started_,
-            multiIf(vm_started_at IS NULL, down_started_, down_started_ IS NULL, vm_started_at,
-                    least(vm_started_at, down_started_)) AS pair_started_,
-            -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
-            last_mark % 2 = 0
-                AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
-                AND last_seen_at >= now64(3) - INTERVAL 30 DAY
-                AND vm_id NOT IN (SELECT vm_id FROM ${db}.silent_or_retired_vms WHERE retired) AS open_,
-            vm_id IN (SELECT vm_id FROM ${db}.silent_or_retired_vms) AS silent_,
+            i.down_at AS down_at,
             -- its end was a sighting, not the first poll after its own downtime (it saw the event Started after going
             -- down, or kept polling well after it came back)
             ended_at IS NOT NULL
                 AND (i.back_at IS NULL OR ifNull(vm_started_at > i.down_at, 0) OR ended_at > i.back_at + INTERVAL 5 SECOND)
-                AS end_seen_
+                AS end_seen_,
+            -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
+            last_mark % 2 = 0
+                AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
+                AND last_seen_at >= now64(3) - INTERVAL 30 DAY
+                AND (vm_id, 1) NOT IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS open_,
+            -- no heartbeat for the silence threshold (one set for both: the same subquery is built once)
+            (vm_id, 0) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) OR (vm_id, 1) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS silent_
         FROM
         (
             SELECT
@@ -117,16 +128,17 @@ FROM
             WHERE day >= {since_day:Date}
             GROUP BY event_id, vm_id
         ) AS p
+        -- the pair's downtime, grouped and joined by a hash of the pair (cheaper than two strings); each observation
+        -- once however often it was delivered; an event's impacts began after its first observation
         LEFT JOIN
         (
-            -- each observation once however often it was delivered; an event's impacts began after its first observation
-            SELECT event_id, vm_id, toNullable(sum(duration_s)) AS observed_impact_s,
+            SELECT cityHash64(event_id, vm_id) AS pair_key, toNullable(sum(duration_s)) AS observed_impact_s,
                    toNullable(min(began_at)) AS down_at,
                    toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
             FROM ${db}.impacts FINAL
             WHERE began_at >= {since_day:Date} AND event_id != ''
-            GROUP BY event_id, vm_id
-        ) AS i USING (event_id, vm_id)
+            GROUP BY pair_key
+        ) AS i ON i.pair_key = cityHash64(p.event_id, p.vm_id)
     )
     WINDOW w AS (PARTITION BY event_id)
 ) AS v
@@ -178,103 +190,114 @@ SELECT
 FROM
 (
     SELECT
-        event_id,
-        argMax(event_type, last_seen_at) AS event_type_,
-        argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
-        argMax(resource_type, last_seen_at) AS resource_type_,
-        argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
-        argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
-        min(first_seen_at) AS first_seen_at_,
-        argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
-        argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
-        min(pair_started_) AS started_at_,
-        if(started_at_ IS NULL, NULL, if(ifNull(min(vm_started_at) <= started_at_, 0), 'seen', 'downtime'))
-            AS started_at_source_,
-        -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
-        countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
-        multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', countIf(ended_at IS NOT NULL) > 0, 'cancelled',
-                'end_not_seen') AS outcome_,
-        if(active_, NULL, if(countIf(end_seen_) > 0, maxIf(ended_at, end_seen_), max(ended_at))) AS ended_at_,
-        if(ended_at_ IS NULL, NULL, if(countIf(end_seen_) > 0, 'seen', 'after_downtime')) AS ended_at_source_,
-        uniqExact(vm_id) AS observing_vms,
-        arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
-        arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
-        arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
-        arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
-        max(observed_impact_s) AS observed_impact_s_,
-        countIf(observed_impact_s IS NOT NULL) AS impacted_vms_,
-        sum(transitions) AS transitions_,
-        sum(anomalies) AS anomalies_
-    -- the pairs and their evidence, inlined: a view inside a parameterized view is planned again on every query
+        *,
+        -- it started no later than the first downtime a VM measured for it began, and not before it was first seen
+        if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
+        multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_,
+                least(seen_started_, down_started_)) AS started_at_,
+        if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
+        multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen')
+            AS outcome_,
+        -- the ends VMs saw while polling: not a VM's first polls after its own downtime (unless it saw the event Started
+        -- after going down, or kept polling well after it came back)
+        -- (each end's VM looked up in the VMs that measured a downtime: indexOf, 0 when it measured none)
+        arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
+        arrayFilter((e, k) -> k = 0 OR ifNull(e.3 > down_began_[k], 0) OR e.2 > down_back_[k] + INTERVAL 5 SECOND,
+                    ends_, end_downs_) AS seen_ends_,
+        if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> e.2, seen_ends_), last_end_)) AS ended_at_,
+        if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
     FROM
     (
         SELECT
-            event_id, vm_id, vm_name, subscription_id, resource_group, location, zone, scale_set, fault_domain,
-            update_domain, affects_this_vm, event_type, event_source, resource_type, description, duration_s, resources,
-            first_seen_at, last_seen_at, not_before_first, not_before_last, vm_started_at, last_mark, transitions,
-            anomalies,
-            if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
-            i.observed_impact_s AS observed_impact_s,
-            -- the event started no later than the downtime this VM measured for it began, and not before this VM saw it
-            if(i.down_at IS NULL, NULL, greatest(i.down_at, first_seen_at)) AS down_started_,
-            multiIf(vm_started_at IS NULL, down_started_, down_started_ IS NULL, vm_started_at,
-                    least(vm_started_at, down_started_)) AS pair_started_,
-            -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
-            last_mark % 2 = 0
-                AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
-                AND last_seen_at >= now64(3) - INTERVAL 30 DAY
-                AND vm_id NOT IN (SELECT vm_id FROM ${db}.silent_or_retired_vms WHERE retired) AS open_,
-            vm_id IN (SELECT vm_id FROM ${db}.silent_or_retired_vms) AS silent_,
-            -- its end was a sighting, not the first poll after its own downtime (it saw the event Started after going
-            -- down, or kept polling well after it came back)
-            ended_at IS NOT NULL
-                AND (i.back_at IS NULL OR ifNull(vm_started_at > i.down_at, 0) OR ended_at > i.back_at + INTERVAL 5 SECOND)
-                AS end_seen_
+            event_id,
+            argMax(event_type, last_seen_at) AS event_type_,
+            argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
+            argMax(resource_type, last_seen_at) AS resource_type_,
+            argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
+            argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
+            min(first_seen_at) AS first_seen_at_,
+            argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
+            argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
+            min(vm_started_at) AS seen_started_,
+            -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
+            countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
+            countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
+            max(ended_at) AS last_end_,
+            groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
+            uniqExact(vm_id) AS observing_vms,
+            arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
+            arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
+            arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
+            arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
+            sum(transitions) AS transitions_,
+            sum(anomalies) AS anomalies_
+        -- the pairs, inlined: a view inside a parameterized view is planned again on every query
         FROM
         (
             SELECT
-                event_id,
-                vm_id,
-                argMaxMerge(vm_name) AS vm_name,
-                argMaxMerge(subscription_id) AS subscription_id,
-                argMaxMerge(resource_group) AS resource_group,
-                argMaxMerge(location) AS location,
-                argMaxMerge(zone) AS zone,
-                argMaxMerge(scale_set) AS scale_set,
-                argMaxMerge(fault_domain) AS fault_domain,
-                argMaxMerge(update_domain) AS update_domain,
-                max(affects_this_vm) AS affects_this_vm,
-                argMaxIfMerge(event_type) AS event_type,
-                argMaxIfMerge(event_source) AS event_source,
-                argMaxIfMerge(resource_type) AS resource_type,
-                argMaxIfMerge(description) AS description,
-                argMinIfMerge(duration_s) AS duration_s,
-                arraySort(groupUniqArrayArray(resources)) AS resources,
-                min(first_seen_at) AS first_seen_at,
-                max(last_seen_at) AS last_seen_at,
-                argMinIfMerge(not_before_first) AS not_before_first,
-                argMaxIfMerge(not_before_last) AS not_before_last,
-                min(started_at) AS vm_started_at,
-                max(last_mark) AS last_mark,
-                length(groupUniqArrayArray(transition_ids)) AS transitions,
-                length(groupUniqArrayArray(anomaly_ids)) AS anomalies
-            FROM ${db}.event_vm_rollup
-            WHERE day >= {since_day:Date}
-            GROUP BY event_id, vm_id
-        ) AS p
-        LEFT JOIN
+                event_id, vm_id, vm_name, subscription_id, resource_group, location, zone, scale_set, fault_domain,
+                update_domain, affects_this_vm, event_type, event_source, resource_type, description, duration_s, resources,
+                first_seen_at, last_seen_at, not_before_first, not_before_last, vm_started_at, last_mark, transitions,
+                anomalies,
+                if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
+                -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
+                last_mark % 2 = 0
+                    AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
+                    AND last_seen_at >= now64(3) - INTERVAL 30 DAY
+                    AND (vm_id, 1) NOT IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS open_,
+                -- no heartbeat for the silence threshold (one set for both: the same subquery is built once)
+                (vm_id, 0) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) OR (vm_id, 1) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS silent_
+            FROM
+            (
+                SELECT
+                    event_id,
+                    vm_id,
+                    argMaxMerge(vm_name) AS vm_name,
+                    argMaxMerge(subscription_id) AS subscription_id,
+                    argMaxMerge(resource_group) AS resource_group,
+                    argMaxMerge(location) AS location,
+                    argMaxMerge(zone) AS zone,
+                    argMaxMerge(scale_set) AS scale_set,
+                    argMaxMerge(fault_domain) AS fault_domain,
+                    argMaxMerge(update_domain) AS update_domain,
+                    max(affects_this_vm) AS affects_this_vm,
+                    argMaxIfMerge(event_type) AS event_type,
+                    argMaxIfMerge(event_source) AS event_source,
+                    argMaxIfMerge(resource_type) AS resource_type,
+                    argMaxIfMerge(description) AS description,
+                    argMinIfMerge(duration_s) AS duration_s,
+                    arraySort(groupUniqArrayArray(resources)) AS resources,
+                    min(first_seen_at) AS first_seen_at,
+                    max(last_seen_at) AS last_seen_at,
+                    argMinIfMerge(not_before_first) AS not_before_first,
+                    argMaxIfMerge(not_before_last) AS not_before_last,
+                    min(started_at) AS vm_started_at,
+                    max(last_mark) AS last_mark,
+                    length(groupUniqArrayArray(transition_ids)) AS transitions,
+                    length(groupUniqArrayArray(anomaly_ids)) AS anomalies
+                FROM ${db}.event_vm_rollup
+                WHERE day >= {since_day:Date}
+                GROUP BY event_id, vm_id
+            ) AS p
+        )
+        GROUP BY event_id
+    ) AS v
+    LEFT JOIN
+    (
+        -- the downtime each VM measured for it
+        SELECT event_id, toNullable(min(vm_down_at)) AS down_at_,
+               groupArray(vm_key) AS down_keys_, groupArray(vm_down_at) AS down_began_, groupArray(vm_back_at) AS down_back_
+        FROM
         (
-            -- each observation once however often it was delivered; an event's impacts began after its first observation
-            SELECT event_id, vm_id, toNullable(sum(duration_s)) AS observed_impact_s,
-                   toNullable(min(began_at)) AS down_at,
-                   toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
-            FROM ${db}.impacts FINAL
+            SELECT event_id, cityHash64(vm_id) AS vm_key, min(began_at) AS vm_down_at,
+                   max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
+            FROM ${db}.impacts
             WHERE began_at >= {since_day:Date} AND event_id != ''
-            GROUP BY event_id, vm_id
-        ) AS i USING (event_id, vm_id)
-    )
-    GROUP BY event_id
-) AS v
+            GROUP BY event_id, vm_key
+        )
+        GROUP BY event_id
+    ) AS i USING (event_id)
+) AS e
 LEFT JOIN
 (
     -- the moment sevents approved it, from its own records (exact; no sighting needed)
@@ -340,103 +363,115 @@ FROM
     FROM
     (
         SELECT
-            event_id,
-            argMax(event_type, last_seen_at) AS event_type_,
-            argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
-            argMax(resource_type, last_seen_at) AS resource_type_,
-            argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
-            argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
-            min(first_seen_at) AS first_seen_at_,
-            argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
-            argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
-            min(pair_started_) AS started_at_,
-            if(started_at_ IS NULL, NULL, if(ifNull(min(vm_started_at) <= started_at_, 0), 'seen', 'downtime'))
-                AS started_at_source_,
-            -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
-            countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
-            multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', countIf(ended_at IS NOT NULL) > 0, 'cancelled',
-                    'end_not_seen') AS outcome_,
-            if(active_, NULL, if(countIf(end_seen_) > 0, maxIf(ended_at, end_seen_), max(ended_at))) AS ended_at_,
-            if(ended_at_ IS NULL, NULL, if(countIf(end_seen_) > 0, 'seen', 'after_downtime')) AS ended_at_source_,
-            uniqExact(vm_id) AS observing_vms,
-            arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
-            arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
-            arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
-            arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
-            max(observed_impact_s) AS observed_impact_s_,
-            countIf(observed_impact_s IS NOT NULL) AS impacted_vms_,
-            sum(transitions) AS transitions_,
-            sum(anomalies) AS anomalies_
-        -- the pairs and their evidence, inlined: a view inside a parameterized view is planned again on every query
+            *,
+            -- it started no later than the first downtime a VM measured for it began, and not before it was first seen
+            if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
+            multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_,
+                    least(seen_started_, down_started_)) AS started_at_,
+            if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
+            multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen')
+                AS outcome_,
+            -- the ends VMs saw while polling: not a VM's first polls after its own downtime (unless it saw the event Started
+            -- after going down, or kept polling well after it came back)
+            -- (each end's VM looked up in the VMs that measured a downtime: indexOf, 0 when it measured none)
+            arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
+            arrayFilter((e, k) -> k = 0 OR ifNull(e.3 > down_began_[k], 0) OR e.2 > down_back_[k] + INTERVAL 5 SECOND,
+                        ends_, end_downs_) AS seen_ends_,
+            if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> e.2, seen_ends_), last_end_)) AS ended_at_,
+            if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
         FROM
         (
             SELECT
-                event_id, vm_id, vm_name, subscription_id, resource_group, location, zone, scale_set, fault_domain,
-                update_domain, affects_this_vm, event_type, event_source, resource_type, description, duration_s, resources,
-                first_seen_at, last_seen_at, not_before_first, not_before_last, vm_started_at, last_mark, transitions,
-                anomalies,
-                if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
-                i.observed_impact_s AS observed_impact_s,
-                -- the event started no later than the downtime this VM measured for it began, and not before this VM saw it
-                if(i.down_at IS NULL, NULL, greatest(i.down_at, first_seen_at)) AS down_started_,
-                multiIf(vm_started_at IS NULL, down_started_, down_started_ IS NULL, vm_started_at,
-                        least(vm_started_at, down_started_)) AS pair_started_,
-                -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
-                last_mark % 2 = 0
-                    AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
-                    AND last_seen_at >= now64(3) - INTERVAL 30 DAY
-                    AND vm_id NOT IN (SELECT vm_id FROM ${db}.silent_or_retired_vms WHERE retired) AS open_,
-                vm_id IN (SELECT vm_id FROM ${db}.silent_or_retired_vms) AS silent_,
-                -- its end was a sighting, not the first poll after its own downtime (it saw the event Started after going
-                -- down, or kept polling well after it came back)
-                ended_at IS NOT NULL
-                    AND (i.back_at IS NULL OR ifNull(vm_started_at > i.down_at, 0) OR ended_at > i.back_at + INTERVAL 5 SECOND)
-                    AS end_seen_
+                event_id,
+                argMax(event_type, last_seen_at) AS event_type_,
+                argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
+                argMax(resource_type, last_seen_at) AS resource_type_,
+                argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
+                argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
+                min(first_seen_at) AS first_seen_at_,
+                argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
+                argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
+                min(vm_started_at) AS seen_started_,
+                -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
+                countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
+                countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
+                max(ended_at) AS last_end_,
+                groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
+                uniqExact(vm_id) AS observing_vms,
+                arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
+                arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
+                arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
+                arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
+                sum(transitions) AS transitions_,
+                sum(anomalies) AS anomalies_
+            -- the pairs, inlined: a view inside a parameterized view is planned again on every query
             FROM
             (
                 SELECT
-                    event_id,
-                    vm_id,
-                    argMaxMerge(vm_name) AS vm_name,
-                    argMaxMerge(subscription_id) AS subscription_id,
-                    argMaxMerge(resource_group) AS resource_group,
-                    argMaxMerge(location) AS location,
-                    argMaxMerge(zone) AS zone,
-                    argMaxMerge(scale_set) AS scale_set,
-                    argMaxMerge(fault_domain) AS fault_domain,
-                    argMaxMerge(update_domain) AS update_domain,
-                    max(affects_this_vm) AS affects_this_vm,
-                    argMaxIfMerge(event_type) AS event_type,
-                    argMaxIfMerge(event_source) AS event_source,
-                    argMaxIfMerge(resource_type) AS resource_type,
-                    argMaxIfMerge(description) AS description,
-                    argMinIfMerge(duration_s) AS duration_s,
-                    arraySort(groupUniqArrayArray(resources)) AS resources,
-                    min(first_seen_at) AS first_seen_at,
-                    max(last_seen_at) AS last_seen_at,
-                    argMinIfMerge(not_before_first) AS not_before_first,
-                    argMaxIfMerge(not_before_last) AS not_before_last,
-                    min(started_at) AS vm_started_at,
-                    max(last_mark) AS last_mark,
-                    length(groupUniqArrayArray(transition_ids)) AS transitions,
-                    length(groupUniqArrayArray(anomaly_ids)) AS anomalies
-                FROM ${db}.event_vm_rollup
-                WHERE day >= {since_day:Date}
-                GROUP BY event_id, vm_id
-            ) AS p
-            LEFT JOIN
+                    event_id, vm_id, vm_name, subscription_id, resource_group, location, zone, scale_set, fault_domain,
+                    update_domain, affects_this_vm, event_type, event_source, resource_type, description, duration_s, resources,
+                    first_seen_at, last_seen_at, not_before_first, not_before_last, vm_started_at, last_mark, transitions,
+                    anomalies,
+                    if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
+                    -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
+                    last_mark % 2 = 0
+                        AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
+                        AND last_seen_at >= now64(3) - INTERVAL 30 DAY
+                        AND (vm_id, 1) NOT IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS open_,
+                    -- no heartbeat for the silence threshold (one set for both: the same subquery is built once)
+                    (vm_id, 0) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) OR (vm_id, 1) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS silent_
+                FROM
+                (
+                    SELECT
+                        event_id,
+                        vm_id,
+                        argMaxMerge(vm_name) AS vm_name,
+                        argMaxMerge(subscription_id) AS subscription_id,
+                        argMaxMerge(resource_group) AS resource_group,
+                        argMaxMerge(location) AS location,
+                        argMaxMerge(zone) AS zone,
+                        argMaxMerge(scale_set) AS scale_set,
+                        argMaxMerge(fault_domain) AS fault_domain,
+                        argMaxMerge(update_domain) AS update_domain,
+                        max(affects_this_vm) AS affects_this_vm,
+                        argMaxIfMerge(event_type) AS event_type,
+                        argMaxIfMerge(event_source) AS event_source,
+                        argMaxIfMerge(resource_type) AS resource_type,
+                        argMaxIfMerge(description) AS description,
+                        argMinIfMerge(duration_s) AS duration_s,
+                        arraySort(groupUniqArrayArray(resources)) AS resources,
+                        min(first_seen_at) AS first_seen_at,
+                        max(last_seen_at) AS last_seen_at,
+                        argMinIfMerge(not_before_first) AS not_before_first,
+                        argMaxIfMerge(not_before_last) AS not_before_last,
+                        min(started_at) AS vm_started_at,
+                        max(last_mark) AS last_mark,
+                        length(groupUniqArrayArray(transition_ids)) AS transitions,
+                        length(groupUniqArrayArray(anomaly_ids)) AS anomalies
+                    FROM ${db}.event_vm_rollup
+                    WHERE day >= {since_day:Date}
+                    GROUP BY event_id, vm_id
+                ) AS p
+            )
+            GROUP BY event_id
+        ) AS v
+        LEFT JOIN
+        (
+            -- the downtime each VM measured for it
+            SELECT event_id, toNullable(max(vm_impact_s)) AS observed_impact_s_, count() AS impacted_vms_,
+                   toNullable(min(vm_down_at)) AS down_at_,
+                   groupArray(vm_key) AS down_keys_, groupArray(vm_down_at) AS down_began_, groupArray(vm_back_at) AS down_back_
+            FROM
             (
-                -- each observation once however often it was delivered; an event's impacts began after its first observation
-                SELECT event_id, vm_id, toNullable(sum(duration_s)) AS observed_impact_s,
-                       toNullable(min(began_at)) AS down_at,
-                       toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
+                SELECT event_id, cityHash64(vm_id) AS vm_key, sum(duration_s) AS vm_impact_s, min(began_at) AS vm_down_at,
+                       max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
                 FROM ${db}.impacts FINAL
                 WHERE began_at >= {since_day:Date} AND event_id != ''
-                GROUP BY event_id, vm_id
-            ) AS i USING (event_id, vm_id)
-        )
-        GROUP BY event_id
-    ) AS v
+                GROUP BY event_id, vm_key
+            )
+            GROUP BY event_id
+        ) AS i USING (event_id)
+    ) AS e
     -- the union of Resources once per event (the same union as over its VMs, without reading 50 copies); every row of
     -- the events shown was inserted at or after their first observation, so the parts before since_day are skipped
     LEFT JOIN
@@ -485,74 +520,87 @@ SELECT
 FROM
 (
     SELECT
-        event_id,
-        argMax(event_type, last_seen_at) AS event_type_,
-        argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
-        argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
-        min(pair_started_) AS started_at_,
-        if(started_at_ IS NULL, NULL, if(ifNull(min(vm_started_at) <= started_at_, 0), 'seen', 'downtime'))
-            AS started_at_source_,
-        -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
-        countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
-        multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', countIf(ended_at IS NOT NULL) > 0, 'cancelled',
-                'end_not_seen') AS outcome_,
-        if(active_, NULL, if(countIf(end_seen_) > 0, maxIf(ended_at, end_seen_), max(ended_at))) AS ended_at_,
-        if(ended_at_ IS NULL, NULL, if(countIf(end_seen_) > 0, 'seen', 'after_downtime')) AS ended_at_source_,
-        max(observed_impact_s) AS observed_impact_s_,
-        countIf(observed_impact_s IS NOT NULL) AS impacted_vms_
+        *,
+        -- it started no later than the first downtime a VM measured for it began, and not before it was first seen
+        if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
+        multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_,
+                least(seen_started_, down_started_)) AS started_at_,
+        if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
+        multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen')
+            AS outcome_,
+        -- the ends VMs saw while polling: not a VM's first polls after its own downtime (unless it saw the event Started
+        -- after going down, or kept polling well after it came back)
+        -- (each end's VM looked up in the VMs that measured a downtime: indexOf, 0 when it measured none)
+        arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
+        arrayFilter((e, k) -> k = 0 OR ifNull(e.3 > down_began_[k], 0) OR e.2 > down_back_[k] + INTERVAL 5 SECOND,
+                    ends_, end_downs_) AS seen_ends_,
+        if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> e.2, seen_ends_), last_end_)) AS ended_at_,
+        if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
     FROM
     (
         SELECT
-            event_id, vm_id, affects_this_vm, event_type, event_source, duration_s, first_seen_at, last_seen_at,
-            not_before_last, vm_started_at, last_mark,
-            if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
-            i.observed_impact_s AS observed_impact_s,
-            -- the event started no later than the downtime this VM measured for it began, and not before this VM saw it
-            if(i.down_at IS NULL, NULL, greatest(i.down_at, first_seen_at)) AS down_started_,
-            multiIf(vm_started_at IS NULL, down_started_, down_started_ IS NULL, vm_started_at,
-                    least(vm_started_at, down_started_)) AS pair_started_,
-            -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
-            last_mark % 2 = 0
-                AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
-                AND last_seen_at >= now64(3) - INTERVAL 30 DAY
-                AND vm_id NOT IN (SELECT vm_id FROM ${db}.silent_or_retired_vms WHERE retired) AS open_,
-            vm_id IN (SELECT vm_id FROM ${db}.silent_or_retired_vms) AS silent_,
-            -- its end was a sighting, not the first poll after its own downtime (it saw the event Started after going
-            -- down, or kept polling well after it came back)
-            ended_at IS NOT NULL
-                AND (i.back_at IS NULL OR ifNull(vm_started_at > i.down_at, 0) OR ended_at > i.back_at + INTERVAL 5 SECOND)
-                AS end_seen_
+            event_id,
+            argMax(event_type, last_seen_at) AS event_type_,
+            argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
+            argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
+            min(first_seen_at) AS first_seen_at_,
+            min(vm_started_at) AS seen_started_,
+            -- active while a reporting VM shows it; a silent one holds it only while no VM has seen it end
+            countIf(open_ AND NOT silent_) > 0 OR (countIf(open_) > 0 AND countIf(ended_at IS NOT NULL) = 0) AS active_,
+            countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
+            max(ended_at) AS last_end_,
+            groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_
         FROM
         (
             SELECT
-                event_id,
-                vm_id,
-                max(affects_this_vm) AS affects_this_vm,
-                argMaxIfMerge(event_type) AS event_type,
-                argMaxIfMerge(event_source) AS event_source,
-                argMinIfMerge(duration_s) AS duration_s,
-                min(first_seen_at) AS first_seen_at,
-                max(last_seen_at) AS last_seen_at,
-                argMaxIfMerge(not_before_last) AS not_before_last,
-                min(started_at) AS vm_started_at,
-                max(last_mark) AS last_mark
-            FROM ${db}.event_vm_rollup
-            WHERE day >= {since_day:Date}
-            GROUP BY event_id, vm_id
-        ) AS p
-        LEFT JOIN
+                event_id, vm_id, affects_this_vm, event_type, event_source, duration_s, first_seen_at, last_seen_at,
+                not_before_last, vm_started_at, last_mark,
+                if(last_mark % 2 = 1, last_seen_at, NULL) AS ended_at,
+                -- still shows it: not gone, not its own Terminate or Preempt under way, not stale, VM not retired
+                last_mark % 2 = 0
+                    AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
+                    AND last_seen_at >= now64(3) - INTERVAL 30 DAY
+                    AND (vm_id, 1) NOT IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS open_,
+                -- no heartbeat for the silence threshold (one set for both: the same subquery is built once)
+                (vm_id, 0) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) OR (vm_id, 1) IN (SELECT vm_id, retired FROM ${db}.silent_or_retired_vms) AS silent_
+            FROM
+            (
+                SELECT
+                    event_id,
+                    vm_id,
+                    max(affects_this_vm) AS affects_this_vm,
+                    argMaxIfMerge(event_type) AS event_type,
+                    argMaxIfMerge(event_source) AS event_source,
+                    argMinIfMerge(duration_s) AS duration_s,
+                    min(first_seen_at) AS first_seen_at,
+                    max(last_seen_at) AS last_seen_at,
+                    argMaxIfMerge(not_before_last) AS not_before_last,
+                    min(started_at) AS vm_started_at,
+                    max(last_mark) AS last_mark
+                FROM ${db}.event_vm_rollup
+                WHERE day >= {since_day:Date}
+                GROUP BY event_id, vm_id
+            ) AS p
+        )
+        GROUP BY event_id
+    ) AS v
+    LEFT JOIN
+    (
+        -- the downtime each VM measured for it
+        SELECT event_id, toNullable(max(vm_impact_s)) AS observed_impact_s_, count() AS impacted_vms_,
+               toNullable(min(vm_down_at)) AS down_at_,
+               groupArray(vm_key) AS down_keys_, groupArray(vm_down_at) AS down_began_, groupArray(vm_back_at) AS down_back_
+        FROM
         (
-            -- each observation once however often it was delivered; an event's impacts began after its first observation
-            SELECT event_id, vm_id, toNullable(sum(duration_s)) AS observed_impact_s,
-                   toNullable(min(began_at)) AS down_at,
-                   toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
+            SELECT event_id, cityHash64(vm_id) AS vm_key, sum(duration_s) AS vm_impact_s, min(began_at) AS vm_down_at,
+                   max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
             FROM ${db}.impacts FINAL
             WHERE began_at >= {since_day:Date} AND event_id != ''
-            GROUP BY event_id, vm_id
-        ) AS i USING (event_id, vm_id)
-    )
-    GROUP BY event_id
-) AS v
+            GROUP BY event_id, vm_key
+        )
+        GROUP BY event_id
+    ) AS i USING (event_id)
+) AS e
 LEFT JOIN
 (
     SELECT
@@ -570,26 +618,33 @@ LEFT JOIN
 
 -- The EventIds some VM that is not retired still shows; a silent VM counts only while no VM has seen the event end
 -- (events.outcome 'active': the same rule over the rollup's last state per VM, odd once that VM saw it close).
+-- One row per (event, VM) of the candidates, so that the silent and retired VMs are looked up in sets.
 DROP VIEW IF EXISTS ${db}.active_events ${on_cluster};
 CREATE VIEW ${db}.active_events ${on_cluster} AS
-WITH (SELECT groupArray(cityHash64(vm_id)) FROM ${db}.silent_or_retired_vms WHERE retired) AS retired,
-     (SELECT groupArray(cityHash64(vm_id)) FROM ${db}.silent_or_retired_vms) AS silent
 SELECT event_id
 FROM
 (
-    SELECT event_id, maxMap(vm_last) AS last
-    FROM ${db}.event_rollup
-    WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY
-      AND event_id IN
-      (
-          SELECT event_id FROM ${db}.event_rollup
-          WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY AND arrayExists(state -> state % 2 = 0, vm_last.2)
-      )
-    GROUP BY event_id
+    SELECT
+        event_id,
+        -- it still shows the event, within the horizon, and its VM is not retired
+        state % 2 = 0 AND intDiv(state, 2) >= toUInt64(toUnixTimestamp64Milli(now64(3) - INTERVAL 30 DAY))
+            AND (vm_key, 1) NOT IN (SELECT cityHash64(vm_id), retired FROM ${db}.silent_or_retired_vms) AS open,
+        (vm_key, 0) IN (SELECT cityHash64(vm_id), retired FROM ${db}.silent_or_retired_vms)
+            OR (vm_key, 1) IN (SELECT cityHash64(vm_id), retired FROM ${db}.silent_or_retired_vms) AS silent,
+        state % 2 = 1 AS closed
+    FROM
+    (
+        SELECT event_id, maxMap(vm_last) AS last
+        FROM ${db}.event_rollup
+        WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY
+          AND event_id IN
+          (
+              SELECT event_id FROM ${db}.event_rollup
+              WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY AND arrayExists(state -> state % 2 = 0, vm_last.2)
+          )
+        GROUP BY event_id
+    )
+    ARRAY JOIN last.1 AS vm_key, last.2 AS state
 )
-WHERE arrayExists(
-        (vm_key, state) -> state % 2 = 0
-            AND intDiv(state, 2) >= toUInt64(toUnixTimestamp64Milli(now64(3) - INTERVAL 30 DAY))
-            AND NOT has(retired, vm_key)
-            AND (NOT has(silent, vm_key) OR NOT arrayExists(s -> s % 2 = 1, last.2)),
-        last.1, last.2);
+GROUP BY event_id
+HAVING countIf(open AND NOT silent) > 0 OR (countIf(open) > 0 AND countIf(closed) = 0);
