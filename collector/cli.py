@@ -30,6 +30,7 @@ from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import install_tracer_provider, make_meter_provider, otlp_configured
+from sevents.version import add_version_flag
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -91,9 +92,9 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
 exit status: 0 ok, 1 the poll failed or its changes could not be stored (once), 2 invalid configuration
-(every problem is listed), 3 fatal: the state directory is in use or unusable, --metrics-addr cannot be
-bound, or (once) the outbox cannot be opened, 130 interrupted (once). `run` never exits for IMDS, its
-answers or a full disk: it retries.
+(every problem is listed), 3 the state directory cannot be used: in use or unusable, the outbox cannot be
+opened (once), no outbox there or it cannot be read (status), or --metrics-addr cannot be bound (run),
+130 interrupted (once). `run` never exits for IMDS, its answers or a full disk: it retries.
 """
 
 
@@ -118,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     once = commands.add_parser(
         "once",
@@ -154,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         "by record type), bytes, last seq, drops by reason, the last document stored (incarnation, each event's "
         "type and status), and the last moment the collector knew its VM running, with its age (a few seconds "
         "while it runs). Read-only: it needs read access only and changes nothing, while the collector runs or not.",
-        epilog="exit status: 0 ok, 3 no outbox in --state-dir, or it cannot be opened.",
+        epilog="exit status: 0 ok, 3 the state cannot be read: no outbox in --state-dir, or the directory or its "
+        "outbox cannot be read (permission denied: the shipped unit's state directory is its service user's alone, "
+        "so run status as that user or with sudo) or is not an outbox.",
     )
     status.add_argument("--state-dir", type=Path, required=True, metavar="DIR", help="the collector's state dir")
     return parser
@@ -305,6 +309,10 @@ def _status(state_dir: Path) -> int:
         status = read_status(state_dir, datetime.now(timezone.utc))
     except StatusError as error:
         print(f"sevents-collector: {error}", file=sys.stderr)
+        return EXIT_FATAL
+    except OSError as error:  # whatever else the file system refuses: still one line and the status exit code
+        reason = error.strerror or error
+        print(f"sevents-collector: cannot read the state directory {state_dir}: {reason}", file=sys.stderr)
         return EXIT_FATAL
     print(json.dumps(status, indent=2))
     return EXIT_OK

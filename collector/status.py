@@ -8,6 +8,7 @@ Whether the collector is alive shows in the age of its last moment alive (``aliv
 from __future__ import annotations
 
 import contextlib
+import errno
 import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
@@ -18,16 +19,30 @@ from collector.liveness import load_alive
 from collector.model import Snapshot
 from collector.settings import OUTBOX_FILE
 
+# Under the shipped unit the state directory belongs to the service's own user (DynamicUser, mode 0700): an
+# operator's shell cannot read it, and should be told how to, not shown a traceback.
+PERMISSION_HINT = "run `sevents-collector status` as the collector's service user or with sudo"
+
 
 class StatusError(Exception):
-    """No outbox in the state directory, or it is not one."""
+    """No outbox in the state directory, it is not one, or the directory or the outbox cannot be read."""
 
 
 def read_status(state_dir: Path, now: datetime) -> dict[str, Any]:
     """The state directory's outbox, snapshot and liveness as a JSON-ready dict; raises StatusError."""
     path = state_dir / OUTBOX_FILE
-    if not path.is_file():
-        raise StatusError(f"no outbox at {path}")
+    try:
+        is_dir = state_dir.is_dir()
+        found = is_dir and path.is_file()  # in a directory one may not search, these raise rather than say False
+    except OSError as error:
+        raise StatusError(_cannot_read(state_dir, error)) from error
+    if not found:
+        raise StatusError(f"no outbox at {path}" if is_dir else f"no state directory at {state_dir}")
+    try:
+        with path.open("rb"):
+            pass  # the system's reason (permission denied), where SQLite would only say "unable to open"
+    except OSError as error:
+        raise StatusError(_cannot_read(state_dir, error, path.name)) from error
     try:
         with _read_only(path) as db:
             depth, oldest = db.execute("SELECT COUNT(*), MIN(seq) FROM records").fetchone()
@@ -36,6 +51,14 @@ def read_status(state_dir: Path, now: datetime) -> dict[str, Any]:
             drops = dict(db.execute("SELECT reason, count FROM drops"))
             snapshot = _state(db, "snapshot")
     except sqlite3.Error as error:
+        for companion in (Path(f"{path}-wal"), Path(f"{path}-shm")):  # read through while they exist
+            try:
+                with companion.open("rb"):
+                    pass
+            except FileNotFoundError:
+                pass
+            except OSError as unreadable:
+                raise StatusError(_cannot_read(state_dir, unreadable, companion.name)) from error
         raise StatusError(f"cannot read the outbox {path}: {error}") from error
     alive = load_alive(state_dir)
     return {
@@ -53,6 +76,13 @@ def read_status(state_dir: Path, now: datetime) -> dict[str, Any]:
         "last_alive_age_s": None if alive is None else round((now - alive.at).total_seconds(), 3),
         "boot_id": None if alive is None else alive.boot_id,
     }
+
+
+def _cannot_read(state_dir: Path, error: OSError, name: str = "") -> str:
+    """One line: the state directory, what could not be read in it and why, and how to read it if it is access."""
+    reason = error.strerror or str(error)
+    hint = f"; {PERMISSION_HINT}" if error.errno in (errno.EACCES, errno.EPERM) else ""
+    return f"cannot read the state directory {state_dir}: {name + ': ' if name else ''}{reason}{hint}"
 
 
 def depth(state_dir: Path) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 from dashboards.report_data import Filters, ReportData
 from dashboards.report_html import render
 from ingest import queries
+from sevents.version import add_version_flag
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 written, 1 ClickHouse failed or --out cannot be written, "
         "2 invalid configuration or arguments (a time that is not one, --since not before --until).",
     )
+    add_version_flag(parser)
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
     parser.add_argument(
         "--clickhouse",
@@ -154,13 +156,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``sevents-report`` (and ``sevents-ingest report``); exit codes from sevents.errors."""
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)  # --help and --version need no ClickHouse
+
     from ingest.clickhouse import CLIENT_ERRORS, connect
     from ingest.errors import TargetError
     from ingest.settings import load
     from sevents.errors import ConfigError, exit_code
 
-    parser = _parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     now = datetime.now(UTC)
     try:
         filters = Filters(

@@ -46,6 +46,7 @@ from ingest.output import table
 from sevents import records
 from sevents.errors import ExitCode, exit_code
 from sevents.logs import setup_logging
+from sevents.version import add_version_flag
 from simulator.errors import ScenarioError
 
 # a measured downtime is at most one collector tick longer than the real one, plus signal and scheduling delays
@@ -64,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 every recorded value matches the ground truth, 1 some do not or the workdir "
         "cannot be used, 2 bad arguments or an unknown scenario (the shared codes of sevents.errors.ExitCode).",
     )
+    add_version_flag(p)
     p.add_argument("--workdir", type=Path, default=Path("var/demo"), help="where state goes (default ./var/demo)")
     p.add_argument(
         "--speed", type=_positive, help="scenario seconds per wall second (default: the scenario's own, 20 for demo)"

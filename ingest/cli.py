@@ -31,6 +31,7 @@ from sevents import prometheus, records
 from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import install_tracer_provider, make_meter_provider
+from sevents.version import add_version_flag
 
 log = logging.getLogger("ingest")
 
@@ -69,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(top)
     sub = top.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("migrate", allow_abbrev=False, help="create or update the schema (idempotent)", epilog=EPILOG)

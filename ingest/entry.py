@@ -13,15 +13,24 @@ HINT = "sevents-ingest: the central side is not installed: pip install 'sevents[
 
 
 def main() -> int:
-    """Run ``ingest.cli.main``, or exit 1 with the install hint when the central side is absent."""
+    """Run ``ingest.cli.main``, or exit 1 with the install hint when the central side is absent (``--version``
+    still answers there: the version of what is installed)."""
     if sys.version_info < (3, 11):
-        print(f"{HINT}; this is Python {sys.version.split()[0]}", file=sys.stderr)
-        return 1
+        return _without_central(f"this is Python {sys.version.split()[0]}")
     try:
         from ingest.cli import main as run
     except ModuleNotFoundError as error:
         if (error.name or "").split(".")[0] not in CENTRAL_PACKAGES:
             raise
-        print(f"{HINT}; missing: {error.name}", file=sys.stderr)
-        return 1
+        return _without_central(f"missing: {error.name}")
     return run()
+
+
+def _without_central(why: str) -> int:
+    if sys.argv[1:] == ["--version"]:
+        from sevents.version import version_line
+
+        print(version_line("sevents-ingest"))
+        return 0
+    print(f"{HINT}; {why}", file=sys.stderr)
+    return 1

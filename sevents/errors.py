@@ -9,6 +9,7 @@ SeventsError                  exit 1: something the process needed failed (store
 
 Every command line (sevents-collector, sevents-ingest, sevents-report, sevents-imds-sim, sevents-demo) uses the
 same numbers; see ``EXIT_STATUS``. argparse's own usage errors are also 2, and Ctrl-C is 130 (128 + SIGINT).
+Only ``sevents-collector`` exits 3 (``ExitCode.NO_STATE``): its state directory cannot be used or read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1  # a dependency or an output failed: ClickHouse, the network, a file that cannot be written
     INVALID = 2  # invalid configuration, arguments or scenario: nothing was attempted
-    NO_STATE = 3  # a status command found no state to report on (collector status without an outbox)
+    # sevents-collector only: its state directory cannot be used. once/run: in use or unusable (or --metrics-addr
+    # cannot be bound); status: no outbox there, or the directory or the outbox cannot be read (permission denied)
+    NO_STATE = 3
     INTERRUPTED = 130  # stopped by SIGINT before finishing
 
 

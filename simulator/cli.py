@@ -14,6 +14,7 @@ from types import FrameType
 
 from sevents.errors import EXIT_STATUS, exit_code
 from sevents.logs import setup_logging
+from sevents.version import add_version_flag
 from simulator.control import jsonable
 from simulator.errors import ScenarioError
 from simulator.loader import builtin_names, load_scenario
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_version_flag(parser)
     parser.add_argument(
         "--scenario", default="demo", help="built-in scenario name or path to a TOML file (default: demo)"
     )

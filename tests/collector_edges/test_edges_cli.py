@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.outbox import Outbox
 from sevents import records
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
@@ -298,6 +300,65 @@ def test_status_of_a_damaged_outbox_is_a_clear_fatal_error(tmp_path: Path) -> No
     )
     assert result.returncode == 3
     assert b"Traceback" not in result.stderr and b"outbox" in result.stderr
+
+
+# `status` in a process that cannot read what root can: as root (CI), it drops to nobody once everything it
+# needs is imported (nobody may not reach this interpreter's files), so mode 000 stops it as it stops anyone else.
+STATUS_AS_ANOTHER_USER = """
+import os, sys
+from collector.cli import main
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+sys.exit(main(["status", "--state-dir", sys.argv[1]]))
+"""
+
+
+def _only_line(stderr: bytes) -> str:
+    lines = stderr.decode().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr.decode(), stderr.decode()
+    return lines[0]
+
+
+@pytest.mark.parametrize("what", ["directory", "outbox"])
+def test_status_of_an_unreadable_state_dir_is_one_line_and_exit_3(imds: FakeImds, tmp_path: Path, what: str) -> None:
+    """Under the shipped unit an operator cannot read the state dir: one line naming it, the reason and the way
+    (the service user or sudo), exit 3 as the help says; neither a traceback nor exit 1."""
+    state = tmp_path / "state"
+    imds.set_document(1, [event("a")])
+    once(imds, state)
+    locked = state if what == "directory" else state / "outbox.sqlite"
+    mode = locked.stat().st_mode
+    locked.chmod(0)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", STATUS_AS_ANOTHER_USER, str(state)],
+            capture_output=True,
+            env=clean_env(),
+            timeout=30,
+            check=False,
+        )
+    finally:
+        locked.chmod(mode)
+    line = _only_line(result.stderr)
+    assert result.returncode == 3 and result.stdout == b""
+    assert str(state) in line and "Permission denied" in line and "sudo" in line, line
+    assert line.startswith("sevents-collector: cannot read the state directory"), line
+
+
+@pytest.mark.parametrize("layout", ["missing", "a regular file", "outbox a directory"])
+def test_status_without_an_outbox_is_one_line_and_exit_3(tmp_path: Path, layout: str) -> None:
+    """No state dir, a state dir that is a file, an outbox that is a directory: the same one line and exit 3."""
+    state = tmp_path / "state"
+    if layout == "a regular file":
+        state.write_text("not a directory")
+    elif layout == "outbox a directory":
+        (state / "outbox.sqlite").mkdir(parents=True)
+    result = subprocess.run(
+        [COLLECTOR, "status", "--state-dir", str(state)], capture_output=True, env=clean_env(), timeout=30, check=False
+    )
+    assert result.returncode == 3 and str(state) in _only_line(result.stderr)
 
 
 def test_status_help_says_what_it_prints_and_its_exit_status() -> None:

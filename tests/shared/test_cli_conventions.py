@@ -1,16 +1,37 @@
-"""What every command line of sevents has in common: no abbreviated flags, --help with examples."""
+"""What every command line of sevents has in common: no abbreviated flags, --help with examples, --version."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tomllib
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+import sevents
 from collector import cli as collector_cli
 from dashboards import report
 from demo import cli as demo_cli
 from ingest import cli as ingest_cli
+from ingest.entry import CENTRAL_PACKAGES, HINT
+from sevents import version as version_module
+from sevents.version import DISTRIBUTION, version
 from simulator import cli as simulator_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def _project() -> dict[str, Any]:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        project: dict[str, Any] = tomllib.load(handle)["project"]
+    return project
+
+
+SCRIPTS = sorted(_project()["scripts"])
 
 Main = Callable[[Sequence[str]], int]
 
@@ -39,3 +60,70 @@ def test_help_shows_examples(main: Main, argv: list[str], capsys: pytest.Capture
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 0 and "examples:" in capsys.readouterr().out
+
+
+def test_every_console_script_is_covered() -> None:
+    """The commands of these tests are the ones pyproject.toml installs."""
+    assert SCRIPTS == ["sevents-collector", "sevents-demo", "sevents-imds-sim", "sevents-ingest", "sevents-report"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_command_prints_its_version(script: str) -> None:
+    """``<command> --version``, the installed entry point itself: ``<command> <version>`` on stdout, exit 0."""
+    result = subprocess.run([str(BIN / script), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"{script} {version()}\n", "")
+
+
+def test_the_version_is_the_installed_projects() -> None:
+    """The version is read from the metadata of the distribution pyproject.toml names, and the package's own
+    ``__version__`` (the fallback, and the collector's User-Agent) says the same."""
+    project = _project()
+    assert project["name"] == DISTRIBUTION
+    assert version() == project["version"] == sevents.__version__
+
+
+def test_without_installed_metadata_the_version_is_the_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source checkout that was never installed still answers --version."""
+    monkeypatch.setattr(version_module, "DISTRIBUTION", "sevents-not-installed-anywhere")
+    assert version() == sevents.__version__
+
+
+@pytest.mark.parametrize(
+    ("main", "prog"),
+    [
+        (collector_cli.main, "sevents-collector"),
+        (ingest_cli.main, "sevents-ingest"),
+        (report.main, "sevents-report"),
+        (simulator_cli.main, "sevents-imds-sim"),
+        (demo_cli.main, "sevents-demo"),
+    ],
+)
+def test_version_wins_over_required_arguments(main: Main, prog: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--version`` needs no subcommand, no configuration and nothing reachable."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"{prog} {version()}\n"
+
+
+# sevents-ingest as a collector-only install runs it: none of the central side's packages can be imported.
+WITHOUT_CENTRAL = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+sys.argv = ["sevents-ingest", *sys.argv[2:]]
+from ingest.entry import main
+sys.exit(main())
+"""
+
+
+def test_ingest_answers_version_on_a_collector_only_install() -> None:
+    """Without the central side, ``sevents-ingest --version`` still answers; anything else gets the install hint."""
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", WITHOUT_CENTRAL, ",".join(CENTRAL_PACKAGES), *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    answered = run("--version")
+    assert (answered.returncode, answered.stdout, answered.stderr) == (0, f"sevents-ingest {version()}\n", "")
+    refused = run("audit", "counts")
+    assert refused.returncode == 1 and refused.stderr.startswith(HINT) and refused.stdout == ""
