@@ -2,7 +2,8 @@
 
 Each program declares its settings as a frozen dataclass whose fields have simple types (str, int,
 float, bool, Path, tuple[str, ...], or Optional of those). ``build`` fills it from the layers,
-converts and validates every value, and raises one ConfigError listing every problem.
+converts and validates every value, and raises one ConfigError listing every problem. A config file holds only
+the programs' tables (``TABLES``): a misspelt table or a setting outside any table is a problem, not a default.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from sevents.errors import ConfigError
 
@@ -27,6 +28,10 @@ else:  # the collector runs on 3.9 and 3.10 too
 _UNIONS: tuple[Any, ...] = (typing.Union, getattr(types, "UnionType", typing.Union))
 
 T = TypeVar("T")
+
+# The tables of a config file: one file may serve every program, each reading its own table (the collector reads
+# two: its settings and its approval policy, collector.approval.SECTION). Any other table is a mistake.
+TABLES: Final = ("collector", "approval", "ingest")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -51,16 +56,41 @@ def read_toml_document(path: Path | None) -> tuple[dict[str, Any], list[str]]:
 
 
 def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], list[str]]:
-    """The ``[section]`` table of a TOML file (or the top level when it has no such table)."""
+    """The ``[section]`` table of a TOML file (empty when it has none), and every problem with the file's layout."""
     document, problems = read_toml_document(path)
     if problems or path is None:
         return {}, problems
-    # A file without the table is read at its top level, where the other programs' tables ([approval], [ingest])
-    # are not settings of this one: no setting is a table.
-    table = document[section] if section in document else {k: v for k, v in document.items() if not isinstance(v, dict)}
+    problems = layout_problems(path, document, section)
+    table = document.get(section, {})
     if not isinstance(table, dict):
-        return {}, [f"config file {path}: [{section}] is not a table"]
-    return table, []
+        return {}, [*problems, f"config file {path}: [{section}] is not a table"]
+    return table, problems
+
+
+def layout_problems(path: Path, document: Mapping[str, Any], section: str) -> list[str]:
+    """What is wrong with the top level of a config file read for ``[section]``: a table no program reads (a
+    misspelt header, whose settings would silently be defaults) and settings outside any table. One file may
+    hold every program's table (``TABLES``); each program reads its own and accepts the others."""
+    known = (*TABLES, section) if section not in TABLES else TABLES
+    problems = [
+        f"config file {path}: unknown table [{name}]{_table_hint(name, known)}"
+        for name, value in document.items()
+        if isinstance(value, dict) and name not in known
+    ]
+    # A known table's name with a value that is not a table is its own reader's problem (``[x] is not a table``).
+    loose = [name for name, value in document.items() if not isinstance(value, dict) and name not in known]
+    if loose:
+        noun, verb, them = ("setting", "is", "it") if len(loose) == 1 else ("settings", "are", "them")
+        problems.append(
+            f"config file {path}: {noun} {', '.join(repr(name) for name in loose)} {verb} outside any table; "
+            f"did you mean to write {them} under [{section}]?"
+        )
+    return problems
+
+
+def _table_hint(name: str, known: Collection[str]) -> str:
+    hint = did_you_mean(name, known, show=lambda table: f"[{table}]")
+    return hint or f"; a config file holds {', '.join(f'[{table}]' for table in known)}"
 
 
 def build(
@@ -80,7 +110,9 @@ def build(
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     problems += [
-        f"config file {file}: unknown setting {key!r}{did_you_mean(key, known)}"
+        f"config file {file}: [{section}.{key}] is a table of its own: write it as [{key}], at the top level"
+        if key in TABLES and key != section and isinstance(from_file[key], dict)
+        else f"config file {file}: unknown setting {key!r}{did_you_mean(key, known)}"
         for key in from_file
         if key not in known
     ]
@@ -115,10 +147,11 @@ def build(
     return settings
 
 
-def did_you_mean(word: str, choices: Collection[str]) -> str:
-    """``"; did you mean NAME?"`` for the closest of ``choices`` to a misspelt ``word``, or ``""``."""
+def did_you_mean(word: str, choices: Collection[str], show: Callable[[str], str] = repr) -> str:
+    """``"; did you mean NAME?"`` for the closest of ``choices`` to a misspelt ``word`` (shown by ``show``), or
+    ``""``."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return f"; did you mean {show(close[0])}?" if close else ""
 
 
 def one_of(name: str, value: str, choices: Collection[str]) -> list[str]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from collector.approval import ACT, APPROVABLE_TYPES, DRAIN_ONLY, SKIP, ApprovalPolicy, decide, parse_policy
 from collector.imds import approval_body
 from collector.model import Event
-from collector.settings import load_approval, load_settings
+from collector.settings import CollectorSettings, load_approval, load_settings
 from sevents.errors import ConfigError
 from simulator import BUILTIN_SCENARIOS, load_scenario
 from tests.tiers import examples
@@ -150,12 +150,17 @@ def test_the_approval_body_follows_the_docs_of_each_version(version: str, expect
     assert approval_body(["E"], version, 5) == expected
 
 
-def test_a_file_with_only_an_approval_table_configures_the_collector_too(tmp_path: Path) -> None:
-    """Without a [collector] table the file's top level holds the collector's settings; [approval] is not one."""
+def test_a_file_with_only_an_approval_table_leaves_the_settings_at_their_defaults(tmp_path: Path) -> None:
+    """Without a [collector] table the collector's settings are its defaults; settings written outside any table
+    are refused (they used to be read as the collector's, and a misspelt table was then silently ignored)."""
     path = tmp_path / "collector.toml"
-    path.write_text('poll_interval = 2\n\n[approval]\nevent_types = ["Reboot"]\n')
-    assert load_settings(file=path, env={}).poll_interval == 2.0
+    path.write_text('[approval]\nevent_types = ["Reboot"]\n')
+    assert load_settings(file=path, env={}).poll_interval == CollectorSettings().poll_interval
     assert load_approval(path).event_types == ("Reboot",)
+    path.write_text('poll_interval = 2\n\n[approval]\nevent_types = ["Reboot"]\n')
+    with pytest.raises(ConfigError, match=r"'poll_interval' is outside any table; .* under \[collector\]"):
+        load_settings(file=path, env={})
+    assert load_approval(path).event_types == ("Reboot",)  # the policy alone reads as before
 
 
 def test_every_scenario_policy_is_a_valid_approval_table() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +15,11 @@ from hypothesis import strategies as st
 
 from collector.instance import identity_from_json, identity_to_json, parse_instance
 from collector.model import VmIdentity
-from collector.settings import load_settings
+from collector.settings import load_approval, load_settings
 from sevents.errors import ConfigError
-from tests.collector_edges.fake_imds import INSTANCE
+from tests.collector_edges.fake_imds import INSTANCE, FakeImds, event
+
+BIN = Path(sys.executable).parent
 
 
 def test_layers_file_env_flags(tmp_path: Path) -> None:
@@ -169,3 +174,73 @@ def test_a_connection_string_without_an_endpoint_is_refused_without_echoing_it()
         )
     assert "not an Event Hubs connection string" in str(caught.value)
     assert "TOPSECRET" not in str(caught.value)
+
+
+def _command(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A sevents command as a real process, without the SEVENTS_* variables of the test's own environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEVENTS_") and "PROXY" not in k.upper()}
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True, env=env, timeout=60)
+
+
+def _problems(stderr: str) -> list[str]:
+    """The problem lines of an "invalid configuration" message; nothing else may be printed (no traceback)."""
+    head, *lines = stderr.splitlines()
+    assert head.endswith("invalid configuration:"), stderr
+    assert all(line.startswith("  - ") for line in lines), stderr
+    return [line.removeprefix("  - ") for line in lines]
+
+
+def test_a_misspelt_table_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    """[colector] was silently ignored (exit 0, every setting at its default: a VM meant to ship to Event Hubs kept
+    everything in its outbox); now `once` refuses it before polling, exit 2, one line naming the table to write."""
+    config = tmp_path / "collector.toml"
+    config.write_text('[colector]\nsink = "eventhubs"\neventhubs_name = "hub"\n')
+    result = _command("sevents-collector", "once", "--config", str(config), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 2, result.stderr
+    assert _problems(result.stderr) == [f"config file {config}: unknown table [colector]; did you mean [collector]?"]
+    assert not (tmp_path / "state").exists()  # refused before anything was attempted
+
+
+def test_settings_outside_any_table_are_refused_by_name(tmp_path: Path) -> None:
+    """Keys before the first header (or in a file with no header) belong to no table: exit 2 naming each of them
+    and the table to write them under, never a collector running on defaults."""
+    config = tmp_path / "collector.toml"
+    config.write_text('sink = "eventhubs"\neventhubs_name = "hub"\n\n[collector]\nlog_level = "info"\n')
+    result = _command("sevents-collector", "once", "--config", str(config), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 2, result.stderr
+    (problem,) = _problems(result.stderr)
+    assert "'sink', 'eventhubs_name' are outside any table; did you mean to write them under [collector]?" in problem
+    config.write_text("poll_interval = 2\n")
+    with pytest.raises(ConfigError, match=r"'poll_interval' is outside any table; .* it under \[collector\]"):
+        load_settings(file=config, env={})
+
+
+def test_the_approval_table_goes_at_the_top_level(tmp_path: Path) -> None:
+    """[collector.approval] would be an unknown setting of [collector]: the message says where the table goes."""
+    config = tmp_path / "collector.toml"
+    config.write_text('[collector]\n\n[collector.approval]\nevent_types = ["Reboot"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(file=config, env={})
+    assert caught.value.problems == [
+        f"config file {config}: [collector.approval] is a table of its own: write it as [approval], at the top level"
+    ]
+
+
+def test_one_file_serves_both_commands(imds: FakeImds, tmp_path: Path) -> None:
+    """A file with [collector], [approval] and [ingest] is accepted by sevents-collector (which reads its own two
+    tables) and by sevents-ingest (which reads [ingest]); each reads its own table, not the other's."""
+    config = tmp_path / "sevents.toml"
+    config.write_text(
+        f'[collector]\nstate_dir = "{tmp_path / "state"}"\nmin_request_interval = 0\n\n'
+        '[approval]\nevent_types = ["Reboot"]\n\n'
+        f'[ingest]\nclickhouse = "chdb://{tmp_path / "clickhouse"}"\nsource = "outbox:{tmp_path / "state"}"\n'
+    )
+    assert load_approval(config).event_types == ("Reboot",)
+    imds.set_document(1, [event("a", event_type="Freeze")])  # not covered by the policy: nothing to approve
+    collector = _command("sevents-collector", "once", "--config", str(config), "--imds-url", imds.base_url)
+    assert collector.returncode == 0, collector.stderr
+    assert [json.loads(line)["event_id"] for line in collector.stdout.splitlines()] == ["a"]
+    assert (tmp_path / "state" / "outbox.sqlite").is_file()  # state_dir came from [collector]
+    ingest = _command("sevents-ingest", "migrate", "--config", str(config))
+    assert ingest.returncode == 0, ingest.stderr
+    assert (tmp_path / "clickhouse").is_dir()  # clickhouse came from [ingest]

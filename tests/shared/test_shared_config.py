@@ -84,3 +84,46 @@ def test_missing_config_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     """A config file that does not exist is reported as a configuration problem."""
     with pytest.raises(ConfigError, match="does not exist"):
         build(Example, file=tmp_path / "nope.toml", section="example", env={}, flags={"url": "u"})
+
+
+def test_a_misspelt_table_is_a_problem_with_a_suggestion(tmp_path: Path) -> None:
+    """A table no program reads would leave its settings silently at their defaults: it is named, with the
+    closest table name (or the tables there are); the program's own table is read as before."""
+    file = write(tmp_path, '[example]\nurl = "u"\n\n[colector]\nsink = "eventhubs"\n\n[zzz]\n')
+    with pytest.raises(ConfigError) as caught:
+        build(Example, file=file, section="example", env={}, flags={})
+    assert caught.value.problems == [
+        f"config file {file}: unknown table [colector]; did you mean [collector]?",
+        f"config file {file}: unknown table [zzz]; a config file holds [collector], [approval], [ingest], [example]",
+    ]
+
+
+def test_settings_outside_any_table_are_a_problem(tmp_path: Path) -> None:
+    """Keys before the first table header are named (never their values) with the table they belong in."""
+    file = write(tmp_path, 'url = "http://file"\nretries = 7\n')
+    with pytest.raises(ConfigError) as caught:
+        build(Example, file=file, section="example", env={}, flags={"url": "u"})
+    assert caught.value.problems == [
+        f"config file {file}: settings 'url', 'retries' are outside any table; "
+        "did you mean to write them under [example]?"
+    ]
+
+
+def test_every_program_accepts_the_tables_of_the_others(tmp_path: Path) -> None:
+    """One file may hold [collector], [approval] and [ingest]: each program reads its own table, or its defaults
+    when the file has none."""
+    text = '[collector]\nsink = "local"\n\n[approval]\nevent_types = ["Reboot"]\n\n[ingest]\ndatabase = "d"\n'
+    file = write(tmp_path, text + '\n[example]\nurl = "http://file"\n')
+    assert build(Example, file=file, section="example", env={}, flags={}).url == "http://file"
+    file = write(tmp_path, text)
+    assert build(Example, file=file, section="example", env={}, flags={"url": "u"}) == Example(url="u")
+
+
+def test_a_known_table_nested_in_another_says_where_it_goes(tmp_path: Path) -> None:
+    """[example.approval] is not a setting of [example]: the message says to write [approval] instead."""
+    file = write(tmp_path, '[example]\nurl = "u"\n\n[example.approval]\nevent_types = ["Reboot"]\n')
+    with pytest.raises(ConfigError) as caught:
+        build(Example, file=file, section="example", env={}, flags={})
+    assert caught.value.problems == [
+        f"config file {file}: [example.approval] is a table of its own: write it as [approval], at the top level"
+    ]
