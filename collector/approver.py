@@ -71,6 +71,8 @@ class Approver:
         self._client, self._outbox, self._clock = client, outbox, clock
         self._version = collector_version
         self.on_fault = on_fault  # the agent counts each fault (health)
+        self.on_decision: Callable[[str], None] = lambda decision: None  # each decision made (metrics)
+        self.on_hook: Callable[[str, str], None] = lambda phase, outcome: None  # each hook run (metrics)
         self._decided: dict[str, bool] = {}  # event id -> whether its pre-hook runs (so the post-hook too)
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
         self._jobs: queue.Queue[tuple[_Job, VmIdentity] | None] = queue.Queue()  # None: look at stop now
@@ -165,6 +167,8 @@ class Approver:
         if argv:
             result = hooks.run_hook(argv, _hook_fields(job, vm), timeout_s=self.policy.hook_timeout_s, stop=stop)
             _log_hook(job, result)
+            outcome_of_hook = "ok" if result.ok else "timeout" if result.timed_out else "failed"
+            self.on_hook("post" if job.post else "pre", outcome_of_hook)
         hook_exit = None if result is None else result.exit_code
         hook_ms = None if result is None else int(result.duration_s * 1000)
 
@@ -254,6 +258,7 @@ class Approver:
                 log.error("approval ledger not stored", extra={"event_id": event_id, "error": str(error)})
 
     def _store(self, outcome: ApprovalOutcome, event: Event, vm: VmIdentity) -> None:
+        self.on_decision(outcome.decision)  # decided, whether or not its record can be stored
         record = approval_record(
             outcome, event, vm, api_version=self._client.api_version, collector_version=self._version
         )

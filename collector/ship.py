@@ -68,6 +68,8 @@ class Shipper:
         idle_s: float = 0.2,
         backoff: Backoff | None = None,
         on_shipped: Callable[[int], None] | None = None,
+        on_sent: Callable[[int], None] | None = None,
+        on_failed: Callable[[str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._outbox = outbox
@@ -77,6 +79,8 @@ class Shipper:
         self._idle_s = idle_s
         self._backoff = backoff or Backoff(initial=0.5, cap=30.0)
         self.on_shipped = on_shipped or (lambda n: None)
+        self._on_sent = on_sent or (lambda n: None)  # the sink accepted a send of n rows (metrics)
+        self._on_failed = on_failed or (lambda reason: None)  # a send failed, ``failure_reason`` (metrics)
         self._monotonic = monotonic
         self._wake = threading.Event()
         self.shipped = 0
@@ -144,15 +148,49 @@ class Shipper:
                 self._sink.send(rows)
         except SinkError as error:
             self.failures += 1
-            log.warning("sink refused a batch; will retry", extra={"rows": len(rows), "error": str(error)})
+            reason = failure_reason(error)
+            self._on_failed(reason)  # counted before it is logged: a log line seen means a figure shown
+            log.warning(
+                "sink refused a batch; will retry", extra={"rows": len(rows), "reason": reason, "error": str(error)}
+            )
             raise
+        self._on_sent(len(rows))
         self._outbox.remove(row.seq for row in rows)
         self.shipped += len(rows)
         self.on_shipped(len(rows))
+
+
+# What made a send fail, by the class of the error under the SinkError (matched along its MRO, by name, so that
+# the Azure SDK is not imported here): a few reasons an alert can tell apart, never an unbounded label.
+_REASONS = {
+    "AuthenticationError": "auth",  # azure.eventhub: the SAS key or token was refused
+    "ClientAuthenticationError": "auth",  # azure.core / azure.identity: no token for the managed identity
+    "OperationTimeoutError": "timeout",
+    "TimeoutError": "timeout",
+    "ConnectError": "connection",  # refused, unresolvable, TLS
+    "ConnectionLostError": "connection",
+    "ClientClosedError": "connection",
+    "OSError": "connection",
+    "EventDataSendError": "refused",  # the service answered no (quota, throttling, entity missing)
+    "EventDataError": "refused",
+    "OutboxError": "outbox",  # a dead-lettered record could not be counted
+}
+
+
+def failure_reason(error: SinkError) -> str:
+    """``connection``, ``timeout``, ``auth``, ``refused``, ``outbox`` or ``other``: why a send failed."""
+    cause = error.__cause__
+    if cause is None:
+        return "refused"  # the sink itself said no
+    for kind in type(cause).__mro__:
+        reason = _REASONS.get(kind.__name__)
+        if reason is not None:
+            return reason
+    return "other"
 
 
 def _sink_refused(error: Exception) -> bool:
     return isinstance(error, SinkError)
 
 
-__all__ = ["Shipper", "Sink", "SinkError", "make_sink", "ship_now"]
+__all__ = ["Shipper", "Sink", "SinkError", "failure_reason", "make_sink", "ship_now"]

@@ -49,6 +49,8 @@ class Webhook:
         self.host = urlsplit(url).hostname or "?"
         self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue(QUEUE_MAX)
         self.on_drop: Callable[[str], None] = lambda reason: None  # the agent counts drops with its faults
+        # each POST attempt: (accepted, reason of a failure); the metrics count them
+        self.on_post: Callable[[bool, str], None] = lambda ok, reason: None
         self.sent = 0
 
     def notify(self, records: Sequence[Mapping[str, Any]]) -> None:
@@ -83,8 +85,10 @@ class Webhook:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310
                     response.read(1024)
                 self.sent += 1
+                self.on_post(True, "")
                 return
             except (urllib.error.URLError, OSError, ValueError) as error:
+                self.on_post(False, post_failure(error))
                 wait = self.backoff.delay(attempt)
                 if time.monotonic() + wait > deadline or stop.wait(wait):
                     self._drop("webhook_failed", record, error)
@@ -97,6 +101,20 @@ class Webhook:
             "webhook record dropped",
             extra={"reason": reason, "host": self.host, "event_id": record.get("event_id"), "error": _reason(error)},
         )
+
+
+def post_failure(error: BaseException) -> str:
+    """A failed POST's reason for the metrics: ``http_NNN``, ``timeout``, ``connection`` or ``invalid``."""
+    if isinstance(error, urllib.error.HTTPError):
+        return f"http_{error.code}"
+    cause = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError since Python 3.10
+        return "timeout"
+    if isinstance(cause, OSError) and "timed out" in str(cause):  # socket.timeout on 3.9
+        return "timeout"
+    if isinstance(cause, OSError):
+        return "connection"
+    return "invalid"
 
 
 def _reason(error: Optional[BaseException]) -> str:

@@ -51,7 +51,8 @@ def build_agent(
     lock_fd = _lock(settings)
     with contextlib.ExitStack() as undo:
         undo.callback(os.close, lock_fd)
-        metrics = CollectorMetrics(meter_provider or NoOpMeterProvider(), collector=str(settings.state_dir))
+        # No per-collector label: the scrape's target labels tell VMs and pods apart (collector/metrics.py).
+        metrics = CollectorMetrics(meter_provider or NoOpMeterProvider())
         outbox = _open_outbox(settings)
         undo.callback(outbox.close)
         client = ImdsClient(
@@ -63,6 +64,7 @@ def build_agent(
             monotonic=monotonic,
         )
         undo.callback(client.close)
+        metrics.build(version=_version, api_version=lambda: client.api_version)
         instance = InstanceCache(
             client,
             fallback=fallback_identity(settings.state_dir),
@@ -75,7 +77,7 @@ def build_agent(
         alive = AliveFile(settings.state_dir, boot_id)
         undo.callback(alive.close)
         chosen = sink if sink is not None else make_sink(settings)
-        shipper = None if chosen is None else _shipper(settings, outbox, chosen)
+        shipper = None if chosen is None else _shipper(settings, outbox, chosen, metrics, sink is None)
         parts = Parts(
             settings=settings,
             lock_fd=lock_fd,
@@ -91,7 +93,7 @@ def build_agent(
             ticker=Ticker(period_s=settings.tick_interval, pause_min_s=settings.pause_min, clock=clock),
             alive=alive,
             rebooted=reboot(last_alive, boot_id, running_since(last_alive, clock())),
-            webhook=_webhook(settings),
+            webhook=_webhook(settings, metrics),
             approver=_approver(approval, client, outbox, clock, metrics),
         )
         agent = Agent(parts)
@@ -108,7 +110,17 @@ def _approver(
 ) -> Approver | None:
     if policy is None or not policy.enabled:
         return None
-    return Approver(policy, client, outbox, clock=clock, collector_version=COLLECTOR_VERSION)
+    approver = Approver(policy, client, outbox, clock=clock, collector_version=COLLECTOR_VERSION)
+    approver.on_decision = metrics.approval_decision
+    approver.on_hook = metrics.hook_run
+    return approver
+
+
+def _version() -> str:
+    """The version build_info shows: the installed distribution's (read at the first export, never without one)."""
+    from sevents.version import version
+
+    return version()
 
 
 def imds_policy(settings: CollectorSettings) -> ImdsPolicy:
@@ -145,11 +157,26 @@ def _open_outbox(settings: CollectorSettings) -> Outbox:
     return outbox
 
 
-def _webhook(settings: CollectorSettings) -> Webhook | None:
+def _webhook(settings: CollectorSettings, metrics: CollectorMetrics) -> Webhook | None:
     if not settings.webhook_url:
         return None
-    return Webhook(settings.webhook_url, settings.webhook_event_types, timeout_s=settings.webhook_timeout)
+    webhook = Webhook(settings.webhook_url, settings.webhook_event_types, timeout_s=settings.webhook_timeout)
+    webhook.on_post = metrics.webhook_post
+    metrics.webhook_ready()
+    return webhook
 
 
-def _shipper(settings: CollectorSettings, outbox: Outbox, sink: Sink) -> Shipper:
-    return Shipper(outbox, sink, batch=settings.ship_batch, max_wait_s=settings.ship_max_wait)
+def _shipper(
+    settings: CollectorSettings, outbox: Outbox, sink: Sink, metrics: CollectorMetrics, configured: bool
+) -> Shipper:
+    # The ``sink`` label: the configured sink's name, or the class of one a caller passed in.
+    name = settings.sink if configured else type(sink).__name__
+    metrics.sink_ready(name)
+    return Shipper(
+        outbox,
+        sink,
+        batch=settings.ship_batch,
+        max_wait_s=settings.ship_max_wait,
+        on_sent=lambda n: metrics.sink_sent(name, n),
+        on_failed=lambda reason: metrics.sink_failed(name, reason),
+    )
