@@ -7,8 +7,11 @@ or a flag: it is read from ``SEVENTS_CLICKHOUSE_PASSWORD`` or from a file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
+import os
+import pwd
 import threading
 import time
 from collections.abc import Mapping
@@ -72,17 +75,23 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
     if problems:
         raise TargetError("; ".join(problems))
     parsed = urlparse(target)
-    if parsed.scheme == "chdb" and not create:
-        if not Path(parsed.path).is_dir():
+    if parsed.scheme == "chdb":
+        directory = Path(parsed.path)
+        if not create and not directory.is_dir():
             raise TargetError(
                 f"no embedded ClickHouse at {parsed.path}: nothing was ingested there (sevents-ingest migrate or "
                 "run creates it), or the path is mistyped"
             )
-        if _locked(Path(parsed.path)) and answering(Path(parsed.path)):
-            return ReadClient(Path(parsed.path))  # a running ingest holds it: ask it (ingest.readpath)
+        if not create and _locked(directory) and answering(directory):
+            return ReadClient(directory)  # a running ingest holds it: ask it (ingest.readpath)
+        if _held_elsewhere(directory):
+            # Said here, before the engine is asked: it would print its raw "Cannot lock file" on stderr.
+            raise TargetError(_in_use(parsed.path))
+        problem = _directory_problem(directory, create=create)
+        if problem:
+            raise TargetError(problem)
     try:
         if parsed.scheme == "chdb":
-            Path(parsed.path).mkdir(parents=True, exist_ok=True)
             return clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}", settings=dict(settings or {}))
         return clickhouse_connect.get_client(
             host=parsed.hostname,
@@ -97,9 +106,12 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
     except CLIENT_ERRORS as error:
         text = str(error)
         if parsed.scheme == "chdb" and (_locked(Path(parsed.path)) or "already running" in text):
+            raise TargetError(_in_use(parsed.path)) from error
+        if parsed.scheme == "chdb" and "BAD_ARGUMENTS" in text:
+            # the engine's way of saying it could not start on the directory, whatever the cause
             raise TargetError(
-                f"the embedded ClickHouse directory {parsed.path} is open in another process "
-                "(a running sevents-ingest?): stop it first, or query a ClickHouse server"
+                f"cannot open the embedded ClickHouse directory {parsed.path}: the engine could not start there; "
+                f"check that the directory and everything in it are writable by user {_user()}"
             ) from error
         raise TargetError(f"cannot connect to ClickHouse at {_safe(target)}: {text}") from error
 
@@ -139,6 +151,73 @@ def connect_waiting(
                 )
                 reported = waited + report_every
             stop.wait(min(1.0, max(0.0, lock_wait - waited)))
+
+
+def _in_use(directory: str) -> str:
+    return (
+        f"the embedded ClickHouse directory {directory} is open in another process "
+        "(a running sevents-ingest?): stop it first, or query a ClickHouse server"
+    )
+
+
+def _directory_problem(directory: Path, *, create: bool) -> str | None:
+    """Why the embedded engine could not open ``directory``, said in one line naming the path and what is missing
+    (the engine itself would say "BAD_ARGUMENTS"); None when nothing is seen wrong. With ``create``, a missing
+    directory is made (and a failure to make it is the problem)."""
+    user = _user()
+    try:
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            return f"the embedded ClickHouse path {directory} is not a directory"
+    except FileExistsError:
+        return f"the embedded ClickHouse path {directory} exists and is not a directory"
+    except NotADirectoryError:
+        blocking = next((p for p in directory.parents if p.exists() and not p.is_dir()), directory)
+        return f"cannot create the embedded ClickHouse directory {directory}: {blocking} is a file, not a directory"
+    except OSError as error:
+        where = error.filename or directory
+        return (
+            f"cannot create the embedded ClickHouse directory {directory}: user {user} cannot create {where} "
+            f"({error.strerror})"
+        )
+    status = directory / "status"  # the engine's lock file: the first thing it opens, for writing
+    try:
+        with status.open("a"):  # made if missing, as the engine would at once
+            pass
+    except OSError as error:
+        return (
+            f"cannot open the embedded ClickHouse directory {directory}: user {user} cannot write {status} "
+            f"({error.strerror}); the directory and everything in it must be writable by that user"
+        )
+    return None
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (KeyError, OSError):
+        return str(os.geteuid())
+
+
+def _held_elsewhere(directory: Path) -> bool:
+    """Whether another process holds the engine's lock on ``directory``. One held by this very process is not
+    (a second client here shares its engine)."""
+    return _locked(directory) and not _open_here(directory / "status")
+
+
+def _open_here(path: Path) -> bool:
+    """Whether this process has ``path`` open (the engine keeps its lock file open); True when it cannot tell,
+    so the engine decides."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        return True
+    wanted = os.path.realpath(path)
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) == wanted:
+                return True
+    return False
 
 
 def _locked(directory: Path) -> bool:

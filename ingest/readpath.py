@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import socketserver
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,11 +44,20 @@ class ReadServer:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                self.wfile.write(server.answer(self.rfile.read(MAX_REQUEST)))
+                request = self.rfile.read(MAX_REQUEST)
+                if not request:
+                    # ``answering`` connects and hangs up to see whether an ingest is here: nothing to answer
+                    log.debug("a connection closed without a query (a probe)")
+                    return
+                try:
+                    self.wfile.write(server.answer(request))
+                except (BrokenPipeError, ConnectionResetError):
+                    # the asker gave up (killed, timed out, Ctrl-C): normal, and nothing to tell the operator
+                    log.debug("the asker closed its connection before the answer")
 
         old = os.umask(0o177)
         try:
-            self._server = socketserver.ThreadingUnixStreamServer(str(self.path), Handler)
+            self._server = _Server(str(self.path), Handler)
         finally:
             os.umask(old)
         self._server.daemon_threads = True
@@ -78,6 +88,17 @@ class ReadServer:
         self._server.shutdown()
         self._server.server_close()
         self.path.unlink(missing_ok=True)
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line in the ingest's format, never socketserver's raw traceback on stderr (a query's own
+        failure goes back to the asker; this is only for the connection itself)."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("a read query connection ended early", extra={"error": repr(error)})
+        else:
+            log.warning("a read query connection failed", extra={"error": repr(error)})
 
 
 @dataclass
