@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import sevents
 from tests.collector_edges.fake_imds import FakeImds, event
 from tests.collector_edges.test_edges_metrics import LogReader, scrape, value, wait_for
 
@@ -128,10 +129,13 @@ def test_bundle_installs_a_working_slim_collector_offline(python: str, tmp_path:
     # Every module of the collector side imports on this interpreter (newer syntax fails at import).
     subprocess.run([str(venv / "bin/python"), "-c", IMPORT_ALL], check=True, timeout=120)
     _scrape_a_running_collector(venv, tmp_path)
-    # The central side's command says what to install rather than failing with a traceback.
-    ingest = subprocess.run([str(venv / "bin/sevents-ingest"), "--help"], capture_output=True, text=True, check=False)
-    assert ingest.returncode == 1
-    assert "pip install 'sevents[central]'" in ingest.stderr and "Traceback" not in ingest.stderr
+    # The central side's commands say what to install rather than failing with a traceback; --version answers.
+    for script in ("sevents-ingest", "sevents-report", "sevents-demo"):
+        ran = subprocess.run([str(venv / "bin" / script), "--help"], capture_output=True, text=True, check=False)
+        assert ran.returncode == 1 and len(ran.stderr.splitlines()) == 1, ran.stderr
+        assert "pip install 'sevents[central]'" in ran.stderr and "Traceback" not in ran.stderr
+        asked = subprocess.run([str(venv / "bin" / script), "--version"], capture_output=True, text=True, check=False)
+        assert (asked.returncode, asked.stdout) == (0, f"{script} {sevents.__version__}\n"), asked.stderr
 
 
 def _scrape_a_running_collector(venv: Path, tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from demo import cli as demo_cli
 from ingest import cli as ingest_cli
 from ingest.entry import CENTRAL_PACKAGES, HINT
 from sevents import version as version_module
+from sevents.central import MISSING_DEPENDENCY, hint
+from sevents.errors import ExitCode
 from sevents.version import DISTRIBUTION, version
 from simulator import cli as simulator_cli
 
@@ -105,25 +107,58 @@ def test_version_wins_over_required_arguments(main: Main, prog: str, capsys: pyt
     assert exited.value.code == 0 and capsys.readouterr().out == f"{prog} {version()}\n"
 
 
-# sevents-ingest as a collector-only install runs it: none of the central side's packages can be imported.
+# The central side's commands as a collector-only install runs them: none of the central packages can be imported.
 WITHOUT_CENTRAL = """
-import sys
+import importlib, sys
 for name in sys.argv[1].split(","):
     sys.modules[name] = None
-sys.argv = ["sevents-ingest", *sys.argv[2:]]
-from ingest.entry import main
-sys.exit(main())
+entry, sys.argv = sys.argv[2], sys.argv[3:]
+sys.exit(importlib.import_module(entry).main())
+"""
+CENTRAL_SCRIPTS = [
+    pytest.param("sevents-ingest", "ingest.entry", ["audit", "counts"], id="ingest"),
+    pytest.param("sevents-report", "dashboards.entry", ["--since", "1h"], id="report"),
+    pytest.param("sevents-demo", "demo.entry", ["--work", "/nonexistent"], id="demo"),
+]
+
+
+def _without_central(entry: str, prog: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", WITHOUT_CENTRAL, ",".join(CENTRAL_PACKAGES), entry, prog, *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize(("prog", "entry", "argv"), CENTRAL_SCRIPTS)
+def test_central_commands_answer_on_a_collector_only_install(prog: str, entry: str, argv: list[str]) -> None:
+    """Without the central side, ``--version`` still answers; anything else (``--help`` too) is one line with the
+    install hint and exit 1, the exit code of a missing dependency, and no traceback."""
+    answered = _without_central(entry, prog, "--version")
+    assert (answered.returncode, answered.stdout, answered.stderr) == (0, f"{prog} {version()}\n", "")
+    for args in (argv, ["--help"], []):
+        refused = _without_central(entry, prog, *args)
+        assert refused.returncode == MISSING_DEPENDENCY == ExitCode.FAILED, refused.stderr
+        assert refused.stdout == "" and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert refused.stderr.startswith(hint(prog) + "; missing: "), refused.stderr
+        assert "pip install 'sevents[central]'" in refused.stderr and "Python 3.11" in refused.stderr
+    assert hint("sevents-ingest") == HINT
+
+
+def test_central_scripts_point_at_their_entry_wrappers() -> None:
+    """pyproject.toml installs the central side's commands through the wrappers tested above."""
+    scripts = _project()["scripts"]
+    assert {scripts[p.values[0]] for p in CENTRAL_SCRIPTS} == {f"{p.values[1]}:main" for p in CENTRAL_SCRIPTS}
+
+
+ENTRY_IMPORTS = """
+import sys
+import dashboards.entry, demo.entry, ingest.entry
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in sys.argv[1].split(",") or m in sys.argv[2].split(","))
+print(",".join(heavy))
 """
 
 
-def test_ingest_answers_version_on_a_collector_only_install() -> None:
-    """Without the central side, ``sevents-ingest --version`` still answers; anything else gets the install hint."""
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-c", WITHOUT_CENTRAL, ",".join(CENTRAL_PACKAGES), *argv]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-
-    answered = run("--version")
-    assert (answered.returncode, answered.stdout, answered.stderr) == (0, f"sevents-ingest {version()}\n", "")
-    refused = run("audit", "counts")
-    assert refused.returncode == 1 and refused.stderr.startswith(HINT) and refused.stdout == ""
+def test_entry_wrappers_import_nothing_heavy() -> None:
+    """Importing the wrappers loads neither the commands they run nor any central package: that happens in main."""
+    commands = "ingest.cli,dashboards.report,demo.cli"
+    command = [sys.executable, "-c", ENTRY_IMPORTS, ",".join(CENTRAL_PACKAGES), commands]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == ""

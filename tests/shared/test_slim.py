@@ -16,8 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR_SIDE = ("collector", "sevents")
-# Runs on a collector-only install to say what is missing: it must import on 3.9 too.
-ON_EVERY_INSTALL = ("ingest/entry.py",)
+# The central side's console scripts: they run on a collector-only install to say what is missing, so they must
+# import on 3.9 too (what they share is sevents/central.py, already on the collector side).
+ON_EVERY_INSTALL = ("ingest/entry.py", "dashboards/entry.py", "demo/entry.py")
 # Import name (two levels inside a namespace package) -> distribution, where they differ.
 DISTRIBUTIONS = {
     "prometheus_client": "prometheus-client",

@@ -1,0 +1,24 @@
+"""``sevents-report`` as installed: on a collector-only install, say what is missing instead of a traceback.
+
+The report needs ``sevents[central]`` and Python 3.11+; this module imports on 3.9 with the base dependencies
+and loads ``dashboards.report`` only when it runs (see ``sevents.central``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sevents.central import run_central
+
+PROG = "sevents-report"
+
+
+def main() -> int:
+    """Run ``dashboards.report.main``, or exit 1 with the install hint when the central side is absent."""
+    return run_central(PROG, _load)
+
+
+def _load() -> Callable[[], int]:
+    from dashboards.report import main as run
+
+    return run
