@@ -25,6 +25,7 @@ from collector.settings import SECTION, CollectorSettings, load_approval, load_s
 from collector.status import StatusError, read_status
 from collector.wiring import build_agent
 from sevents import records
+from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
 from sevents.config import env_name, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
@@ -44,6 +45,7 @@ EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL, EXIT_INTERRUPTED = 0, 1, 2, 
 # request gives up after this long instead of the daemon's 75 s (which rides out a ~70 s IMDS update).
 ONCE_RETRY_DEADLINE = 8.0
 START_RETRY = Backoff(initial=1.0, cap=30.0)
+WEBHOOK_TYPES, WEBHOOK_TYPES_FLAG = "webhook_event_types", "--webhook-event-type"
 
 _HELP = {
     "imds_url": "IMDS base URL; /metadata/... is appended (default http://169.254.169.254)",
@@ -69,8 +71,8 @@ _HELP = {
     "eventhubs_name": "event hub name",
     "eventhubs_connection_string_file": "file with a SAS connection string (or SEVENTS_EVENTHUBS_CONNECTION_STRING)",
     "log_level": "debug, info, warning or error (default info)",
-    "webhook_event_types": "comma-separated event types whose transitions are POSTed to webhook_url (set in the "
-    "config file or SEVENTS_WEBHOOK_URL, never a flag: it holds a token) (default Preempt,Terminate)",
+    "webhook_event_types": "an event type whose transitions are POSTed to webhook_url (set in the config file or "
+    "SEVENTS_WEBHOOK_URL, never a flag: it holds a token); repeatable or comma-separated (default Preempt,Terminate)",
     "webhook_timeout": "seconds one webhook POST may take (default 5)",
     "boot_id_file": "file holding the kernel's boot id; a new one means the VM rebooted and the downtime is "
     "measured (default /proc/sys/kernel/random/boot_id)",
@@ -104,7 +106,10 @@ def _settings_flags(parser: argparse.ArgumentParser) -> None:
         if field.name not in _HELP:
             continue  # secrets have no flag
         flag = "--" + field.name.replace("_", "-")
-        if field.type in (bool, "bool"):
+        if field.name == WEBHOOK_TYPES:
+            # the one event-type filter spelling (sevents.cli_types); the old plural still works, with a note
+            add_event_type_flag(parser, _HELP[field.name], flag=WEBHOOK_TYPES_FLAG, old=(flag,), dest=field.name)
+        elif field.type in (bool, "bool"):
             parser.add_argument(flag, action="store_const", const=True, default=None, help=_HELP[field.name])
         else:
             parser.add_argument(flag, default=None, metavar="VALUE", help=_HELP[field.name])
@@ -174,6 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sevents-collector: fatal: {error}", file=sys.stderr)
             return EXIT_FATAL
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+    if flags.get(WEBHOOK_TYPES) is not None:
+        try:
+            flags[WEBHOOK_TYPES] = event_types(flags[WEBHOOK_TYPES], WEBHOOK_TYPES_FLAG)
+        except EventTypeError as error:
+            print(f"sevents-collector: {error}", file=sys.stderr)
+            return EXIT_CONFIG
     problems: list[str] = []
     try:
         settings = load_settings(file=args.config, flags=flags)

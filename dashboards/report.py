@@ -22,6 +22,8 @@ from typing import Any
 from dashboards.report_data import Filters, ReportData
 from dashboards.report_html import render
 from ingest import queries
+from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
+from sevents.errors import ExitCode
 from sevents.version import add_version_flag
 
 log = logging.getLogger(__name__)
@@ -123,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Write one self-contained HTML incident report (timeline, approval latency, impact, "
         "event table) for the events first seen in a window. Opens offline in any browser.",
         epilog="exit status: 0 written, 1 ClickHouse failed or --out cannot be written, "
-        "2 invalid configuration or arguments (a time that is not one, --since not before --until).",
+        "2 invalid configuration or arguments (a time that is not one, --since not before --until, "
+        "an unknown --event-type).",
     )
     add_version_flag(parser)
     parser.add_argument("--config", type=Path, help="TOML file with an [ingest] table, as for the other commands")
@@ -135,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--database", help="database holding the sevents schema (default sevents)")
     parser.add_argument("--since", default="24h", help="window start: ISO 8601, or 30m/24h/7d before now")
     parser.add_argument("--until", default="now", help="window end: ISO 8601, now, or a duration before now")
-    parser.add_argument("--event-type", action="append", default=[], help="only this type (repeatable)")
+    add_event_type_flag(parser, "only this event type; repeatable or comma-separated (default: every type)")
     parser.add_argument("--vm", action="append", default=[], help="only events affecting this VM (repeatable)")
     parser.add_argument(
         "--fault-set",
@@ -164,12 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.settings import load
     from sevents.errors import ConfigError, exit_code
 
+    try:
+        types = event_types(args.event_type) if args.event_type is not None else ()
+    except EventTypeError as error:
+        print(f"sevents-report: {error}", file=sys.stderr)
+        return int(ExitCode.INVALID)
     now = datetime.now(UTC)
     try:
         filters = Filters(
             since=parse_moment(args.since, now),
             until=parse_moment(args.until, now),
-            event_types=tuple(args.event_type),
+            event_types=types,
             vms=tuple(args.vm),
             fault_domains=tuple(args.fault_domain),
             fault_sets=tuple(args.fault_set),

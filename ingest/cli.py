@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import logging
 import os
 import re
@@ -27,13 +26,16 @@ from ingest.readpath import ReadServer
 from ingest.settings import IngestSettings, load
 from ingest.source_outbox import resolve
 from ingest.wiring import build, open_client
-from sevents import prometheus, records
+from sevents import prometheus
+from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
 from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import install_tracer_provider, make_meter_provider
 from sevents.version import add_version_flag
 
 log = logging.getLogger("ingest")
+
+DISRUPTIVE_TYPES = ("Reboot", "Redeploy")  # audit disruptive without --event-type
 
 EPILOG = """\
 examples:
@@ -117,7 +119,9 @@ def parser() -> argparse.ArgumentParser:
         "disruptive", allow_abbrev=False, help="Reboot and Redeploy events in a window: approval latency, impact"
     )
     _window(a)
-    a.add_argument("--types", default="Reboot,Redeploy", help="event types, comma separated (default Reboot,Redeploy)")
+    add_event_type_flag(
+        a, "only this event type; repeatable or comma-separated (default Reboot,Redeploy)", old=("--types",)
+    )
     a = audit.add_parser("silent", allow_abbrev=False, help="VMs whose collector went quiet or whose last poll failed")
     a.add_argument(
         "--threshold",
@@ -284,12 +288,6 @@ def _answering_reads(settings: IngestSettings) -> Iterator[None]:
         server.close()
 
 
-def _unknown_type(name: str) -> str:
-    close = difflib.get_close_matches(name.capitalize(), records.EVENT_TYPES, n=1)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown event type {name!r} (one of {', '.join(records.EVENT_TYPES)}){hint}"
-
-
 def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     q = args.question
@@ -310,10 +308,10 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         params = {"event_id": args.event_id}
     elif q == "disruptive":
         query = queries.DISRUPTIVE_EVENTS
-        params["types"] = [t.strip() for t in args.types.split(",") if t.strip()]
-        problems = [_unknown_type(t) for t in params["types"] if t not in records.EVENT_TYPES]
-        if problems or not params["types"]:
-            print(f"sevents-ingest: --types: {'; '.join(problems) or 'names no event type'}", file=sys.stderr)
+        try:
+            params["types"] = list(event_types(args.event_type or DISRUPTIVE_TYPES))
+        except EventTypeError as error:
+            print(f"sevents-ingest: {error}", file=sys.stderr)
             return int(ExitCode.INVALID)
     elif q == "silent":
         query, params = queries.SILENT_VMS, {"now": now, "threshold_s": args.threshold}

@@ -390,3 +390,63 @@ def test_a_local_collector_loads_no_heavy_library(imds: FakeImds, tmp_path: Path
     modules = loaded.read_text().split()
     assert "collector.agent" in modules
     assert [m for m in modules if m.split(".")[0] in HEAVY or m.startswith("opentelemetry.sdk")] == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "types", "note"),
+    [
+        ([], ("Preempt", "Terminate"), False),
+        (["--webhook-event-type", "Reboot"], ("Reboot",), False),
+        (["--webhook-event-type", "Reboot", "--webhook-event-type", "Redeploy"], ("Reboot", "Redeploy"), False),
+        (["--webhook-event-type", "Reboot,Redeploy"], ("Reboot", "Redeploy"), False),
+        (["--webhook-event-types", "Reboot,Redeploy"], ("Reboot", "Redeploy"), True),  # the old spelling
+    ],
+)
+def test_webhook_event_type_flag_spellings(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    flags: list[str],
+    types: tuple[str, ...],
+    note: bool,
+) -> None:
+    """The event-type filter is spelled as on every command: --webhook-event-type, repeatable or comma-separated;
+    --webhook-event-types still works and names the new spelling on stderr."""
+    from collector import cli
+
+    seen: list[Any] = []
+    monkeypatch.setattr(cli, "_once", lambda settings, approval: seen.append(settings) or 0)
+    for name in [k for k in os.environ if k.startswith("SEVENTS_")]:
+        monkeypatch.delenv(name)
+    assert cli.main(["once", "--state-dir", str(tmp_path), *flags]) == 0
+    assert seen[0].webhook_event_types == types
+    err = capsys.readouterr().err
+    if note:
+        assert err == (
+            "sevents-collector once: note: --webhook-event-types is the old spelling of --webhook-event-type (still "
+            "accepted); write --webhook-event-type TYPE, repeatable or comma-separated\n"
+        )
+    else:
+        assert "note" not in err
+
+
+ENTRY = "import sys; from collector.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize("flag", ["--webhook-event-type", "--webhook-event-types"])
+def test_a_misspelt_webhook_event_type_is_one_line_and_exit_2(tmp_path: Path, flag: str) -> None:
+    """A typo is refused before IMDS is asked, with the closest type."""
+    result = subprocess.run(
+        [sys.executable, "-c", ENTRY, "once", "--state-dir", str(tmp_path), flag, "Preempt", flag, "Terminat"],
+        capture_output=True,
+        env=clean_env(),
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.decode().splitlines() if " note: " not in line]
+    assert lines == [
+        "sevents-collector: --webhook-event-type: unknown event type 'Terminat' (one of Freeze, Reboot, Redeploy, "
+        "Preempt, Terminate); did you mean Terminate?"
+    ]
+    assert not (tmp_path / "outbox.sqlite").exists()

@@ -211,6 +211,55 @@ def test_malformed_clickhouse_target_exits_2(tmp_path: Path, capsys: pytest.Capt
     assert "clickhouse target" in capsys.readouterr().err and not out.exists()
 
 
+class _Collected(Exception):
+    """Raised by the stand-in collect: the filters the command line built."""
+
+
+@pytest.mark.parametrize(
+    ("flags", "types"),
+    [
+        ([], ()),
+        (["--event-type", "Reboot"], ("Reboot",)),
+        (["--event-type", "Reboot", "--event-type", "Redeploy"], ("Reboot", "Redeploy")),
+        (["--event-type", "Reboot,Redeploy"], ("Reboot", "Redeploy")),
+    ],
+)
+def test_event_type_filter_spellings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], types: tuple[str, ...]
+) -> None:
+    """--event-type as on every command: repeatable or comma-separated; none given keeps every type."""
+    import dashboards.report
+    import ingest.clickhouse
+
+    def collect(client: Any, filters: Filters, database: str = "sevents") -> ReportData:
+        raise _Collected(filters)
+
+    class Client:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(ingest.clickhouse, "connect", lambda *a, **k: Client())
+    monkeypatch.setattr(dashboards.report, "collect", collect)
+    with pytest.raises(_Collected) as collected:
+        main(["--clickhouse", "chdb:///nowhere", *flags])
+    assert collected.value.args[0].event_types == types
+    assert "note" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv", [["--event-type", "Reboot,Redeplyo"], ["--event-type", "Reboot", "--event-type", "redeploy"]]
+)
+def test_a_misspelt_event_type_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str]
+) -> None:
+    """A typo used to give an empty report; it is refused (exit 2) with the closest type, nothing written."""
+    out = tmp_path / "r.html"
+    assert main(["--clickhouse", "chdb:///nowhere", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sevents-report: --event-type: unknown event type")
+    assert "did you mean Redeploy?" in err and not out.exists() and not Path("/nowhere").exists()
+
+
 def _report(seeded: Seeded, out: Path, *extra: str) -> str:
     start, end = around(seeded)
     argv = ["--clickhouse", seeded.target, "--since", start.isoformat(), "--until", end.isoformat(), "--out", str(out)]

@@ -201,14 +201,58 @@ def test_silent_threshold_must_be_a_positive_number_of_seconds(capsys: pytest.Ca
 def test_disruptive_names_an_unknown_event_type_instead_of_answering_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """``--types Bogus`` used to return no rows and exit 0; it is a usage error naming the types, with a hint."""
+    """``--event-type Bogus`` used to return no rows and exit 0; it is a usage error naming the types, with a hint."""
     argv = ["audit", "disruptive", "--since", "1h", "--clickhouse", "chdb:///nowhere"]
-    assert cli.main([*argv, "--types", "Reboot,reboto,Bogus"]) == 2
+    assert cli.main([*argv, "--event-type", "Reboot,reboto", "--event-type", "Bogus"]) == 2
     err = capsys.readouterr().err
-    assert "unknown event type 'reboto'" in err and "did you mean Reboot?" in err and "'Bogus'" in err
+    assert err.count("\n") == 1 and err.startswith("sevents-ingest: --event-type: unknown event type 'reboto'")
+    assert "did you mean Reboot?" in err and "'Bogus'" in err
     assert "Freeze, Reboot, Redeploy, Preempt, Terminate" in err
-    assert cli.main([*argv, "--types", ","]) == 2 and "names no event type" in capsys.readouterr().err
+    assert cli.main([*argv, "--event-type", ","]) == 2 and "names no event type" in capsys.readouterr().err
+    assert cli.main([*argv, "--types", "Rebot"]) == 2 and "did you mean Reboot?" in capsys.readouterr().err
     assert not Path("/nowhere").exists()  # refused before ClickHouse was opened
+
+
+def test_report_checks_its_event_type_filter_too(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """``sevents-ingest report`` is sevents-report: the same --event-type, the same refusal of a typo."""
+    out = tmp_path / "r.html"
+    assert cli.main(["report", "--clickhouse", "chdb:///nowhere", "--out", str(out), "--event-type", "Preemt"]) == 2
+    assert "--event-type: unknown event type 'Preemt'" in capfd.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "types", "note"),
+    [
+        ([], ["Reboot", "Redeploy"], False),
+        (["--event-type", "Freeze"], ["Freeze"], False),
+        (["--event-type", "Freeze", "--event-type", "Preempt"], ["Freeze", "Preempt"], False),
+        (["--event-type", "Freeze,Preempt"], ["Freeze", "Preempt"], False),
+        (["--types", "Freeze,Preempt"], ["Freeze", "Preempt"], True),  # the old spelling, with a note
+    ],
+)
+def test_disruptive_event_type_filter_spellings(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], types: list[str], note: bool
+) -> None:
+    """One spelling everywhere: --event-type, repeatable or comma-separated; --types still works and says so."""
+    asked: dict[str, Any] = {}
+
+    def run(client: Any, query: Any, database: str, **params: Any) -> Result:
+        asked.update(params)
+        return Result(columns=("event_id",), rows=[])
+
+    monkeypatch.setattr(cli, "open_client", lambda *a, **k: None)
+    monkeypatch.setattr(cli.queries, "run", run)
+    argv = ["audit", "disruptive", "--since", "1h", "--format", "json", "--clickhouse", "chdb:///nowhere"]
+    assert cli.main([*argv, *flags]) == 0
+    assert asked["types"] == types
+    err = capsys.readouterr().err
+    if note:
+        assert err == (
+            "sevents-ingest audit disruptive: note: --types is the old spelling of --event-type (still accepted); "
+            "write --event-type TYPE, repeatable or comma-separated\n"
+        )
+    else:
+        assert "note" not in err
 
 
 def test_draining_an_outbox_that_is_not_there_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
