@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -10,23 +11,24 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from collector.agent import AgentError
 from collector.approval import ApprovalPolicy
 from collector.decode import DecodeError
 from collector.imds import ImdsError, ImdsInterrupted
 from collector.outbox import OutboxError
-from collector.settings import SECTION, CollectorSettings, load_approval, load_settings
+from collector.settings import LOG_LEVELS, SECTION, CollectorSettings, load_approval, load_settings
 from collector.status import StatusError, read_status
 from collector.wiring import build_agent
 from sevents import records
 from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
-from sevents.config import env_name, read_toml_section
+from sevents.config import env_name, error_lines, read_toml_section
 from sevents.errors import ConfigError
 from sevents.logs import setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
@@ -70,7 +72,7 @@ _HELP = {
     "eventhubs_namespace": "Event Hubs namespace, fully qualified (managed identity)",
     "eventhubs_name": "event hub name",
     "eventhubs_connection_string_file": "file with a SAS connection string (or SEVENTS_EVENTHUBS_CONNECTION_STRING)",
-    "log_level": "debug, info, warning or error (default info)",
+    "log_level": "debug, info, warning or error, any case (default info)",
     "webhook_event_types": "an event type whose transitions are POSTed to webhook_url (set in the config file or "
     "SEVENTS_WEBHOOK_URL, never a flag: it holds a token); repeatable or comma-separated (default Preempt,Terminate)",
     "webhook_timeout": "seconds one webhook POST may take (default 5)",
@@ -80,6 +82,20 @@ _HELP = {
     "pause_min": "a gap between ticks at least this long is recorded as a pause of the VM (default 1.5)",
     "metrics_addr": "run: serve /metrics for Prometheus on HOST:PORT, e.g. 0.0.0.0:9464 (default: none)",
 }
+# Settings only the daemon's loop reads: `once` still accepts them (a command line shared with `run` keeps
+# working) but does not list them in its --help.
+DAEMON_ONLY = frozenset(
+    {
+        "poll_interval",
+        "heartbeat_interval",
+        "instance_refresh",
+        "api_version_retry",
+        "ship_max_wait",
+        "tick_interval",
+        "pause_min",
+        "metrics_addr",
+    }
+)
 
 _EPILOG = """\
 examples:
@@ -100,19 +116,22 @@ opened (once), no outbox there or it cannot be read (status), or --metrics-addr 
 """
 
 
-def _settings_flags(parser: argparse.ArgumentParser) -> None:
+def _settings_flags(parser: argparse.ArgumentParser, *, daemon: bool) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file with a [collector] table")
     for field in dataclasses.fields(CollectorSettings):
         if field.name not in _HELP:
             continue  # secrets have no flag
         flag = "--" + field.name.replace("_", "-")
+        text = _HELP[field.name] if daemon or field.name not in DAEMON_ONLY else argparse.SUPPRESS
         if field.name == WEBHOOK_TYPES:
             # the one event-type filter spelling (sevents.cli_types); the old plural still works, with a note
-            add_event_type_flag(parser, _HELP[field.name], flag=WEBHOOK_TYPES_FLAG, old=(flag,), dest=field.name)
+            add_event_type_flag(parser, text, flag=WEBHOOK_TYPES_FLAG, old=(flag,), dest=field.name)
         elif field.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_const", const=True, default=None, help=_HELP[field.name])
+            parser.add_argument(flag, action="store_const", const=True, default=None, help=text)
+        elif field.name == "log_level":
+            parser.add_argument(flag, default=None, type=str.lower, choices=LOG_LEVELS, help=text)
         else:
-            parser.add_argument(flag, default=None, metavar="VALUE", help=_HELP[field.name])
+            parser.add_argument(flag, default=None, metavar="VALUE", help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _settings_flags(once)
+    _settings_flags(once, daemon=False)
     run = commands.add_parser(
         "run",
         allow_abbrev=False,
@@ -152,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _settings_flags(run)
+    _settings_flags(run, daemon=True)
     status = commands.add_parser(
         "status",
         allow_abbrev=False,
@@ -190,12 +209,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(file=args.config, flags=flags)
     except ConfigError as error:
         problems += error.problems
+    else:
+        problems += _imds_url_problems(settings.imds_url)
     try:
         approval = load_approval(args.config)
     except ConfigError as error:  # a bad policy refuses to start: never a silent approve-all, nor approve-none
         problems += error.problems
     if problems:
-        print(f"sevents-collector: {ConfigError(problems)}", file=sys.stderr)
+        print(error_lines("sevents-collector", ConfigError(problems)), file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "once" and not _configured("retry_deadline", args.config, flags):
         settings = dataclasses.replace(settings, retry_deadline=ONCE_RETRY_DEADLINE)
@@ -203,9 +224,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _once(settings, approval) if args.command == "once" else _run(settings, approval)
     except (AgentError, OutboxError) as error:
-        log.critical("collector stopped: %s", error, extra={"error": str(error)})
-        print(f"sevents-collector: fatal: {error}", file=sys.stderr)
+        print(f"sevents-collector: fatal: {error}", file=sys.stderr)  # one line: not a log record as well
         return EXIT_FATAL
+
+
+def _imds_url_problems(url: str) -> list[str]:
+    """A full Scheduled Events URL pasted as ``imds_url`` (its path and api-version would be appended to): say
+    what to pass instead, rather than letting IMDS refuse the doubled path as a bad api-version."""
+    parts = urlsplit(url)
+    segments = parts.path.split("/")
+    if not (parts.query or parts.fragment or "metadata" in segments):
+        return []
+    path = "/".join(segments[: segments.index("metadata")]) if "metadata" in segments else parts.path
+    base = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    versions = [v for k, _, v in (p.partition("=") for p in parts.query.split("&")) if k == "api-version" and v]
+    version = f" and --api-version {versions[0]}" if versions else " (and --api-version for the api-version)"
+    return [
+        f"imds_url must be the IMDS base URL, without /metadata/... or ?query (the collector appends them), got "
+        f"{url!r}: pass --imds-url {base}{version}"
+    ]
 
 
 def _configured(name: str, file: Path | None, flags: Mapping[str, Any]) -> bool:
@@ -226,11 +263,13 @@ def _once(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
             extra={"imds_url": agent.client.base_url, "retry_deadline_s": settings.retry_deadline},
         )
         try:
-            new = agent.poll_once(stop)
+            with _without_poll_failed_log():
+                new = agent.poll_once(stop)
         except ImdsInterrupted:
             print("sevents-collector: interrupted; nothing was committed by this poll", file=sys.stderr)
             return EXIT_INTERRUPTED
         except (ImdsError, DecodeError) as error:
+            # the one line saying so (the health log's "poll failed" record is left out: it would say it twice)
             print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
             return EXIT_POLL_FAILED
         if not agent.last_poll_ok:
@@ -246,6 +285,22 @@ def _once(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
         return EXIT_OK
     finally:
         agent.close()
+
+
+class _DropPollFailed(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "poll failed"
+
+
+@contextlib.contextmanager
+def _without_poll_failed_log() -> Iterator[None]:
+    """`once` prints its own ``poll failed`` line on stderr; the health log's record would repeat it."""
+    health_log, drop = logging.getLogger("collector.agent"), _DropPollFailed()  # collector.health's logger
+    health_log.addFilter(drop)
+    try:
+        yield
+    finally:
+        health_log.removeFilter(drop)
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from ingest.source_outbox import resolve
 from ingest.wiring import build, open_client
 from sevents import prometheus
 from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
+from sevents.config import error_lines
 from sevents.errors import EXIT_STATUS, ConfigError, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.telemetry import install_tracer_provider, make_meter_provider
@@ -51,6 +53,13 @@ clickhouse_password_file, never a flag).
 Every setting can also come from --config FILE ([ingest] table) or SEVENTS_<NAME> environment variables.
 
 """
+MIGRATE_EPILOG = """\
+examples:
+  sevents-ingest migrate --clickhouse chdb:///var/lib/sevents/ch
+  sevents-ingest migrate --clickhouse https://admin@ch.example:8443 --cluster main
+
+"""
+MIGRATE_EPILOG += textwrap.fill(EXIT_STATUS.replace("(ClickHouse,", "(ClickHouse unreachable or in use,"), 100) + "\n"
 EPILOG += EXIT_STATUS.replace("(ClickHouse,", "(ClickHouse unreachable, in use or without schema,") + "\n"
 
 
@@ -61,7 +70,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--database", help="database name (default sevents)")
     parser.add_argument("--cluster", help="cluster name: Replicated + Distributed tables, ON CLUSTER DDL")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", type=str.lower, choices=["debug", "info", "warning", "error"], help="any case (default info)"
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,7 +86,16 @@ def parser() -> argparse.ArgumentParser:
     add_version_flag(top)
     sub = top.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("migrate", allow_abbrev=False, help="create or update the schema (idempotent)", epilog=EPILOG)
+    # Its own epilog, kept as written (the command's examples reflowed into one paragraph read as garbage).
+    p = sub.add_parser(
+        "migrate",
+        allow_abbrev=False,
+        help="create or update the schema (idempotent)",
+        description="Create the database and tables, or apply the migrations they lack; running it again\n"
+        "changes nothing. `run` migrates at start too, unless --no-migrate.",
+        epilog=MIGRATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(p)
 
     p = sub.add_parser(
@@ -213,9 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = _settings(args)
     except ConfigError as error:
-        print(f"sevents-ingest: {error}", file=sys.stderr)
+        print(error_lines("sevents-ingest", error), file=sys.stderr)
         return exit_code(error)
     setup_logging(settings.log_level)
+    # The ClickHouse driver and urllib3 log a warning for the very failure our own one-line error then reports.
+    for driver in ("clickhouse_connect", "urllib3"):
+        logging.getLogger(driver).setLevel(logging.ERROR)
     try:
         if args.command == "migrate":
             applied = migrate(open_client(settings), settings.target)

@@ -222,3 +222,9 @@ def host_port_problems(name: str, text: str) -> list[str]:
     except ValueError as error:
         return [f"{name}: {error}"]
     return []
+
+
+def error_lines(prog: str, error: ConfigError) -> str:
+    """What a command prints for ``error``: one line per problem, each ``PROG: invalid configuration: PROBLEM``
+    (no header line of its own, so a log shipper or ``head -1`` sees the whole of each problem)."""
+    return "\n".join(f"{prog}: invalid configuration: {problem}" for problem in error.problems)

@@ -450,3 +450,95 @@ def test_a_misspelt_webhook_event_type_is_one_line_and_exit_2(tmp_path: Path, fl
         "Preempt, Terminate); did you mean Terminate?"
     ]
     assert not (tmp_path / "outbox.sqlite").exists()
+
+
+def _collector(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COLLECTOR, *argv], capture_output=True, text=True, env=clean_env(), timeout=60, check=False)
+
+
+def test_log_level_is_a_choice_in_any_case(imds: FakeImds, tmp_path: Path) -> None:
+    """--log-level accepts debug/info/warning/error in any case; another word is exit 2 naming the choices."""
+    bad = _collector("once", "--log-level", "loud", "--state-dir", str(tmp_path / "state"))
+    assert bad.returncode == 2
+    assert "invalid choice: 'loud' (choose from 'debug', 'info', 'warning', 'error')" in bad.stderr
+    imds.set_document(1, [event("a")])
+    good = _collector(
+        "once", "--log-level", "WARNING", "--imds-url", imds.base_url, "--state-dir", str(tmp_path / "state")
+    )
+    assert good.returncode == 0, good.stderr
+    assert '"level": "info"' not in good.stderr
+
+
+def test_once_help_lists_only_what_once_uses(imds: FakeImds, tmp_path: Path) -> None:
+    """once --help leaves out the daemon's flags; `once` still accepts them (a command line shared with run)."""
+    helped = _collector("once", "--help")
+    assert helped.returncode == 0
+    for flag in ("--imds-url", "--state-dir", "--retry-deadline", "--first-call-timeout", "--sink", "--log-level"):
+        assert flag in helped.stdout
+    for flag in ("--poll-interval", "--heartbeat-interval", "--tick-interval", "--pause-min", "--metrics-addr"):
+        assert f"[{flag} " not in helped.stdout and f"  {flag} " not in helped.stdout  # usage, options
+    assert "--poll-interval" in _collector("run", "--help").stdout
+    imds.set_document(1, [event("a")])
+    result = _collector(
+        "once",
+        "--poll-interval",
+        "5",
+        "--imds-url",
+        imds.base_url,
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--min-request-interval",
+        "0",
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "advice"),
+    [
+        (
+            "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01",
+            "pass --imds-url http://169.254.169.254 and --api-version 2020-07-01",
+        ),
+        ("http://127.0.0.1:8080/vm/db-0/metadata/scheduledevents", "pass --imds-url http://127.0.0.1:8080/vm/db-0 "),
+    ],
+)
+def test_a_pasted_full_imds_url_says_what_to_pass(tmp_path: Path, url: str, advice: str) -> None:
+    """A full Scheduled Events URL is refused before any request, exit 2, one line naming the base URL to pass."""
+    result = _collector("once", "--imds-url", url, "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("sevents-collector: invalid configuration: imds_url must be the IMDS base URL"), line
+    assert advice in line
+    assert not (tmp_path / "state").exists()
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    """A config error has no header line of its own; a failed poll is said once, not also as a log record."""
+    bad = _collector("once", "--sink", "kafka", "--state-dir", str(tmp_path / "state"))
+    assert bad.returncode == 2
+    assert bad.stderr == "sevents-collector: invalid configuration: sink must be one of local, eventhubs, got 'kafka'\n"
+    failed = _collector(
+        "once",
+        "--imds-url",
+        f"http://127.0.0.1:{closed_port()}",
+        "--retry-deadline",
+        "0",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--log-level",
+        "error",
+    )
+    assert failed.returncode == 1
+    (line,) = failed.stderr.splitlines()
+    assert line.startswith("sevents-collector: poll failed: "), failed.stderr
+
+
+def test_a_fatal_error_is_one_line(tmp_path: Path) -> None:
+    """An unusable state directory: exit 3, one line (no critical log record saying the same)."""
+    state = tmp_path / "file"
+    state.write_text("not a directory")
+    result = _collector("once", "--state-dir", str(state), "--imds-url", "http://127.0.0.1:1")
+    assert result.returncode == 3, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("sevents-collector: fatal: "), line

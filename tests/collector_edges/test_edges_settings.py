@@ -183,11 +183,11 @@ def _command(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def _problems(stderr: str) -> list[str]:
-    """The problem lines of an "invalid configuration" message; nothing else may be printed (no traceback)."""
-    head, *lines = stderr.splitlines()
-    assert head.endswith("invalid configuration:"), stderr
-    assert all(line.startswith("  - ") for line in lines), stderr
-    return [line.removeprefix("  - ") for line in lines]
+    """The problems of an "invalid configuration" message: one line each, nothing else printed (no traceback)."""
+    prefix = "sevents-collector: invalid configuration: "
+    lines = stderr.splitlines()
+    assert lines and all(line.startswith(prefix) for line in lines), stderr
+    return [line.removeprefix(prefix) for line in lines]
 
 
 def test_a_misspelt_table_is_refused_with_a_suggestion(tmp_path: Path) -> None:

@@ -282,3 +282,39 @@ def test_read_only_commands_create_no_embedded_directory(tmp_path: Path, capfd: 
     assert cli.main(["report", "--since", "1h", "--clickhouse", f"chdb://{missing}", "--out", str(out)]) == 1
     assert f"no embedded ClickHouse at {missing}" in capfd.readouterr().err
     assert not missing.exists() and not out.exists()
+
+
+def test_log_level_is_a_choice_in_any_case(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--log-level takes the levels the logging setup accepts, in any case; another word is a usage error, exit 2."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["migrate", "--log-level", "loud", "--clickhouse", f"chdb://{tmp_path}/ch"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'loud'" in capsys.readouterr().err
+    args = cli.parser().parse_args(["migrate", "--log-level", "WARNING"])
+    assert args.log_level == "warning"
+
+
+def test_migrate_help_reads_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """migrate --help kept its examples one per line (they were reflowed into one garbled paragraph)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["migrate", "--help"])
+    assert exited.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  sevents-ingest migrate --clickhouse chdb:///var/lib/sevents/ch" in lines
+    assert not any("audit" in line or "report" in line for line in lines)  # other commands' examples
+    assert max(len(line) for line in lines) <= 110
+
+
+def test_a_config_error_is_one_line_per_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    """An invalid setting is one line on stderr (no header line before it), exit 2."""
+    assert cli.main(["migrate", "--database", "x y"]) == 2
+    assert (
+        capsys.readouterr().err == "sevents-ingest: invalid configuration: database 'x y' is not a plain identifier\n"
+    )
+
+
+def test_an_unreachable_clickhouse_is_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """The driver's own warnings about the failure are not printed before our one line saying it, exit 1."""
+    assert cli.main(["migrate", "--clickhouse", "http://127.0.0.1:1"]) == 1
+    (line,) = capfd.readouterr().err.splitlines()
+    assert line.startswith("sevents-ingest: cannot connect to ClickHouse at http://127.0.0.1:1"), line

@@ -12,11 +12,11 @@ from sevents.errors import ConfigError
 
 
 def _problems(stderr: str) -> list[str]:
-    """The problem lines of an "invalid configuration" message; nothing else may be printed."""
-    head, *lines = stderr.splitlines()
-    assert head == "sevents-ingest: invalid configuration:", stderr
-    assert all(line.startswith("  - ") for line in lines), stderr
-    return [line.removeprefix("  - ") for line in lines]
+    """The problems of an "invalid configuration" message: one line each, nothing else printed (no traceback)."""
+    prefix = "sevents-ingest: invalid configuration: "
+    lines = stderr.splitlines()
+    assert lines and all(line.startswith(prefix) for line in lines), stderr
+    return [line.removeprefix(prefix) for line in lines]
 
 
 def test_a_misspelt_table_is_refused_with_a_suggestion(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
