@@ -92,6 +92,7 @@ class Handler:
         self.now = now
         self.on_stored = on_stored
         self.stored = 0  # records and dead letters confirmed, for logs and tests
+        self.dead_letters = 0  # of which dead letters (ingest.progress reports both)
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
@@ -183,6 +184,7 @@ class Handler:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
         with self._lock:
             self.stored += len(batch)
+            self.dead_letters += len(batch.dead_letters)
 
 
 def _keys(batch: Batch) -> Iterator[tuple[str, int]]:

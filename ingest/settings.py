@@ -62,6 +62,8 @@ class IngestSettings:
     checkpoint_connection_string_file: Path | None = None
     checkpoint_connection_string: str = field(default="", repr=False)  # env only
     log_level: str = "info"
+    # ``run``: seconds between progress lines (records stored, rate, dead letters, backlog) while records are stored
+    progress_interval: float = 10.0
     metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
 
     @property
@@ -122,6 +124,8 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append("retry_initial must be positive and retry_cap at least retry_initial")
     if s.poll_interval <= 0:
         problems.append("poll_interval must be positive")
+    if not (math.isfinite(s.progress_interval) and s.progress_interval > 0):
+        problems.append("progress_interval must be a positive number of seconds")
     if s.log_level not in LOG_LEVELS:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
     problems += host_port_problems("metrics_addr", s.metrics_addr)

@@ -15,6 +15,7 @@ from ingest.clickhouse import connect, connect_waiting
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
 from ingest.migrate import migrate
+from ingest.progress import ProgressSource
 from ingest.rows import Batch
 from ingest.settings import IngestSettings
 from ingest.source import Source
@@ -86,7 +87,20 @@ def build(
         metrics=metrics,
         on_stored=on_stored,
     )
-    return Pipeline(client, source or make_source(settings, until_idle=until_idle), handler)
+    source = source or make_source(settings, until_idle=until_idle)
+    backlog = _outbox_backlog(source) if isinstance(source, OutboxSource) else None
+    return Pipeline(
+        client, ProgressSource(source, handler, interval_s=settings.progress_interval, backlog=backlog), handler
+    )
+
+
+def _outbox_backlog(source: OutboxSource) -> Callable[[int], int]:
+    """Rows waiting in the open outboxes, less the ``delivered`` ones that are stored but not yet removed."""
+
+    def backlog(delivered: int) -> int:
+        return max(0, sum(outbox.depth() for outbox in list(source._outboxes.values())) - delivered)
+
+    return backlog
 
 
 def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Source:
