@@ -50,7 +50,7 @@ SELECT
     ended_at,
     multiIf(open_ AND (NOT silent_ OR NOT event_end_seen_by_any_), 'active', event_started_ IS NOT NULL, 'completed',
             event_end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome,
-    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(event_started_ < event_not_before_, 0), event_started_,
+    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), event_started_,
         NULL) AS approved_at,
     transitions,
     anomalies,
@@ -60,7 +60,7 @@ SELECT
         AS started_at_source,
     if(ended_at IS NULL, NULL, if(end_seen_, 'seen', 'after_downtime')) AS ended_at_source,
     multiIf(event_started_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', event_not_before_ IS NULL, 'no_notice',
-        event_started_ < event_not_before_, 'outside', 'not_before') AS released_by
+        ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), 'outside', 'not_before') AS released_by
 FROM
 (
     -- the event's moments over all its observers, on each of its rows
@@ -167,7 +167,7 @@ SELECT
     first_seen_at_ AS first_seen_at,
     not_before_first_ AS not_before_first,
     not_before_last_ AS not_before_last,
-    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(started_at_ < not_before_last_, 0), started_at_,
+    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), started_at_,
             NULL) AS approved_at,
     started_at_ AS started_at,
     ended_at_ AS ended_at,
@@ -186,7 +186,7 @@ SELECT
     started_at_source_ AS started_at_source,
     ended_at_source_ AS ended_at_source,
     multiIf(started_at_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', not_before_last_ IS NULL, 'no_notice',
-            started_at_ < not_before_last_, 'outside', 'not_before') AS released_by
+            ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), 'outside', 'not_before') AS released_by
 FROM
 (
     SELECT
@@ -331,7 +331,7 @@ FROM
         first_seen_at_ AS first_seen_at,
         not_before_first_ AS not_before_first,
         not_before_last_ AS not_before_last,
-        multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(started_at_ < not_before_last_, 0), started_at_,
+        multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), started_at_,
                 NULL) AS approved_at,
         started_at_ AS started_at,
         ended_at_ AS ended_at,
@@ -359,7 +359,7 @@ FROM
         started_at_source_ AS started_at_source,
         ended_at_source_ AS ended_at_source,
         multiIf(started_at_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', not_before_last_ IS NULL, 'no_notice',
-                started_at_ < not_before_last_, 'outside', 'not_before') AS released_by
+                ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), 'outside', 'not_before') AS released_by
     FROM
     (
         SELECT

@@ -255,3 +255,19 @@ def test_the_start_is_the_earliest_evidence(
     event = _event(ch, db)
     assert event["started_at"] == (_at(min(expected)) if expected else None)
     assert event["outcome"] == ("completed" if expected else "cancelled")
+
+
+def test_a_downtime_just_before_not_before_is_no_approval(ch: Any, db: str) -> None:
+    """A Redeploy that started at its NotBefore, its VM's last tick 0.4 s before: the platform released it, nobody
+    approved it. A downtime a second or more before NotBefore is an approval (from outside sevents)."""
+    at_deadline = (NOT_BEFORE - T0).total_seconds()
+    _transition(ch, db, "api-4", "appeared", "Scheduled", 0, event_id="E-deadline")
+    _impact(ch, db, "api-4", at_deadline - 0.4, 8.0, event_id="E-deadline")
+    _transition(ch, db, "api-4", "disappeared", "", at_deadline + 20, event_id="E-deadline")
+    _transition(ch, db, "api-5", "appeared", "Scheduled", 0, event_id="E-early", resources=["api-5"])
+    _impact(ch, db, "api-5", at_deadline - 30, 8.0, event_id="E-early")
+    _transition(ch, db, "api-5", "disappeared", "", at_deadline - 10, event_id="E-early", resources=["api-5"])
+    rows = _rows(ch, f"SELECT event_id, released_by, approved_at IS NULL FROM {db}.events ORDER BY event_id")
+    assert rows == [("E-deadline", "not_before", 1), ("E-early", "outside", 0)]
+    per_vm = _rows(ch, f"SELECT event_id, released_by, approved_at IS NULL FROM {db}.event_vms ORDER BY event_id")
+    assert per_vm == rows, "the VM's row says the same"
