@@ -24,15 +24,30 @@ VALUES = ROOT / "infra/helm/sevents-collector/values.yaml"
 KUBERNETES = ("1.25.0", kubernetes_validate.utils.latest_version())
 
 render_py = runpy.run_path(str(ROOT / "infra/helm/render.py"))
+# The values the chart requires (no defaults: it refuses to render without them).
+REQUIRED: dict[str, Any] = {
+    "image": {"repository": "myregistry.azurecr.io/sevents-collector"},
+    "eventHubs": {"namespace": "myns.servicebus.windows.net"},
+    "workloadIdentity": {"clientId": "8d7c6b5a-4e3f-4a2b-9c1d-0e9f8a7b6c5d"},
+}
 
 
 def documents(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def with_required(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` over the required ones (one level of tables merged)."""
+    merged = {key: dict(value) for key, value in REQUIRED.items()}
+    for key, value in values.items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    return merged
+
+
 def rendered(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's objects with the required values and ``values`` (release namespace sevents)."""
     pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is not installed here")
-    return [d for text in render_py["render"](values).values() for d in documents(text)]
+    return [d for text in render_py["render"](with_required(values or {})).values() for d in documents(text)]
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
@@ -55,9 +70,43 @@ def test_committed_manifests_pass_the_kubernetes_schemas() -> None:
 
 
 def test_chart_renders_and_passes_the_kubernetes_schemas() -> None:
-    """The chart's output, with its defaults and with the host network and scrape annotations off, is valid."""
+    """The chart's output, with its defaults and with every option turned on or off, is valid (the PodMonitor, a
+    custom resource the schemas do not know, is checked in test_infra_chart_config.py)."""
     assert_valid(rendered())
     assert_valid(rendered({"hostNetwork": False, "metrics": {"scrape": False}, "priorityClassName": "x"}))
+    everything = rendered(
+        {
+            "imagePullSecrets": [{"name": "acr-pull"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "kubernetes.azure.com/mode", "operator": "In", "values": ["user"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "podAnnotations": {"example.com/team": "sre"},
+            "podLabels": {"example.com/tier": "agent"},
+            "extraEnv": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4318"}],
+            "extraEnvFrom": [{"secretRef": {"name": "more"}}],
+            "webhook": {"urlSecret": {"name": "hook"}},
+            "eventHubs": {"connectionStringSecret": {"name": "sas"}},
+            "settings": {"webhook_event_types": ["Preempt"], "poll_interval": 2},
+            "approval": {"event_types": ["Reboot"], "max_duration_s": 30},
+            "networkPolicy": {"enabled": True, "from": [{"namespaceSelector": {"matchLabels": {"team": "mon"}}}]},
+            "podMonitor": {"enabled": True},
+        }
+    )
+    assert {d["kind"] for d in everything} >= {"NetworkPolicy", "PodMonitor", "DaemonSet"}
+    assert_valid([d for d in everything if d["kind"] != "PodMonitor"])
+    assert_valid(
+        rendered({"metrics": {"enabled": False}, "probes": {"enabled": False}, "networkPolicy": {"enabled": True}})
+    )
 
 
 def test_committed_manifests_are_the_charts_output() -> None:
@@ -86,15 +135,22 @@ def test_daemonset_runs_on_every_node_with_imds_identity_and_durable_state() -> 
 
 
 def test_config_map_is_a_valid_collector_configuration(tmp_path: Path) -> None:
-    """The collector.toml the pods read ships to Event Hubs and passes the collector's own validation."""
+    """The collector.toml the pods read ships to Event Hubs and passes the collector's own validation; /metrics
+    listens on the pod's own IP (the downward API), not on every address of the node."""
     from collector.settings import load_settings
 
-    config = by_kind(documents(MANIFESTS.read_text()), "ConfigMap")["data"]["collector.toml"]
+    docs = documents(MANIFESTS.read_text())
+    config = by_kind(docs, "ConfigMap")["data"]["collector.toml"]
     path = tmp_path / "collector.toml"
     path.write_text(config)
-    settings = load_settings(file=path, env={})
+    (collector,) = by_kind(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in collector["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["SEVENTS_METRICS_ADDR"]["value"] == "$(POD_IP):9464"
+    settings = load_settings(file=path, env={"SEVENTS_METRICS_ADDR": "10.224.0.4:9464"})
     assert settings.sink == "eventhubs"
-    assert settings.metrics_addr.endswith(":9464")
+    assert settings.metrics_addr == "10.224.0.4:9464"
+    assert "metrics_addr" not in config and "0.0.0.0" not in MANIFESTS.read_text()
     assert tomllib.loads(config)["collector"]["state_dir"] == "/var/lib/sevents-collector"
 
 
