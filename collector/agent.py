@@ -249,10 +249,7 @@ class Agent:
             self.health.fault("decode")
             self.health.failed("decode", error)
             raise
-        if document.repairs:
-            # Stored with the repaired values (U+FFFD), and counted, so the odd answer is visible.
-            self.health.fault("repaired")
-            log.warning("IMDS document had invalid values; repaired", extra={"repairs": list(document.repairs[:5])})
+        self.health.decoded(document)  # fields made safe and entries left out: counted, logged
         return document
 
     def _commit(

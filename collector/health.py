@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 
 from collector.metrics import CollectorMetrics
+from collector.model import Document
 
 log = logging.getLogger("collector.agent")
 
@@ -39,6 +40,20 @@ class PollHealth:
         with self._lock:
             self._faults[kind] += 1
         self._metrics.poll_error(kind)
+
+    def decoded(self, document: Document) -> None:
+        """What decode had to do to this poll's document: fields made safe (kind ``repaired``) and entries of
+        Events left out (one ``event_dropped_<reason>`` per entry), counted and logged. IMDS sends the same
+        document at every poll, so they count once per poll, as every other fault."""
+        if document.repairs:
+            # Stored with the safe values (U+FFFD, unknown), and counted, so the odd answer is visible.
+            self.fault("repaired")
+            log.warning("IMDS document had invalid values; repaired", extra={"repairs": list(document.repairs[:5])})
+        for dropped in document.dropped:
+            self.fault("event_dropped_" + dropped.reason)
+        if document.dropped:
+            details = [d.detail for d in document.dropped[:5]]
+            log.warning("IMDS document had entries that are not events; left out", extra={"dropped": details})
 
     def ok(self) -> None:
         """The poll's document was read and its changes committed (or there were none)."""

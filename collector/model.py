@@ -8,7 +8,7 @@ Datetimes are timezone-aware UTC throughout.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final
 
@@ -26,7 +26,12 @@ GONE_MEMORY: Final = 256
 
 @dataclass(frozen=True)
 class Event:
-    """One entry of a Scheduled Events document, as IMDS sent it (absent optional fields are None)."""
+    """One entry of a Scheduled Events document, as IMDS sent it (absent optional fields are None).
+
+    ``repairs`` says which fields decode made safe (a value in a shape IMDS never sends became unknown); it goes
+    into the ``anomaly`` of the event's records. It is not part of the event's value (equality, the snapshot):
+    an event whose fields read the same is the same event, however its answer was damaged.
+    """
 
     event_id: str
     event_type: str
@@ -37,6 +42,15 @@ class Event:
     description: str | None
     event_source: str | None
     duration_s: int | None
+    repairs: tuple[str, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """An entry of a document's Events that is not an event (``collector.decode``): left out, the others kept."""
+
+    reason: str  # a short code, the label it is counted under (decode.DROP_*)
+    detail: str  # where it was and what was wrong, for the log
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,10 @@ class Document:
 
     incarnation: int
     events: tuple[Event, ...]
-    repairs: tuple[str, ...] = ()  # where decode made a value safe (a lone surrogate, an absurd number)
+    # where decode made a value safe (a lone surrogate, an absurd number, a field of the wrong type), each as
+    # ``Events[i].Field ...``; the same notes, without the index, are in that event's ``repairs``
+    repairs: tuple[str, ...] = ()
+    dropped: tuple[Dropped, ...] = ()  # entries of Events left out, in document order
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ still runs, so events that did not change emit nothing.
 
 Odd input (a lifecycle step the table below does not allow, an unknown status, a field that should never
 change, an EventId coming back after it disappeared) becomes an ``anomaly`` transition carrying the event's
-new state; it is never raised. Errors this module raises are bugs in the caller (naive ``observed_at``:
-ValueError).
+new state; it is never raised. Fields decode had to make safe (``Event.repairs``) are noted in the
+``anomaly`` of the event's transition without changing its kind. Errors this module raises are bugs in the
+caller (naive ``observed_at``: ValueError).
 """
 
 from __future__ import annotations
@@ -183,6 +184,8 @@ def _event_transition(
             problems.append("fixed field changed: " + ", ".join(fixed))
     if problems:
         kind = KIND_ANOMALY
+    if new.repairs:  # fields decode made safe: noted, the kind stays what the lifecycle says
+        problems.append("made safe: " + "; ".join(new.repairs))
     return Transition(
         kind=kind,
         event_id=new.event_id,
