@@ -80,7 +80,8 @@ _HELP = {
     "measured (default /proc/sys/kernel/random/boot_id)",
     "tick_interval": "seconds between the ticks that measure pauses of the VM (default 0.5)",
     "pause_min": "a gap between ticks at least this long is recorded as a pause of the VM (default 1.5)",
-    "metrics_addr": "run: serve /metrics for Prometheus on HOST:PORT, e.g. 0.0.0.0:9464 (default: none)",
+    "metrics_addr": "run: serve /metrics for Prometheus on PORT of loopback (127.0.0.1) or on HOST:PORT, e.g. 9464 "
+    "or 10.0.0.4:9464 (default: none)",
 }
 # Settings only the daemon's loop reads: `once` still accepts them (a command line shared with `run` keeps
 # working) but does not list them in its --help.

@@ -7,6 +7,7 @@ file, never from a flag, and are kept out of ``repr``.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,7 +72,13 @@ class CollectorSettings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
     tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
     pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
-    metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
+    # HOST:PORT serving /metrics for Prometheus (run only; empty: none). A port alone (``9464`` or ``:9464``)
+    # means loopback, 127.0.0.1: only local scrapers (a node agent) reach it unless a host is named.
+    metrics_addr: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.metrics_addr, str):
+            object.__setattr__(self, "metrics_addr", metrics_address(self.metrics_addr))
 
     @property
     def outbox_path(self) -> Path:
@@ -85,6 +92,15 @@ class CollectorSettings:
         if self.eventhubs_connection_string_file is not None:
             return self.eventhubs_connection_string_file.read_text(encoding="utf-8").strip()
         return None
+
+
+METRICS_HOST: Final = "127.0.0.1"  # where /metrics listens when metrics_addr names only a port
+
+
+def metrics_address(text: str) -> str:
+    """``9464`` or ``:9464`` -> ``127.0.0.1:9464``: loopback unless a host is named; anything else as given."""
+    port = text.strip().removeprefix(":")
+    return f"{METRICS_HOST}:{port}" if re.fullmatch(r"[0-9]{1,5}", port) else text
 
 
 def validate(s: CollectorSettings) -> list[str]:
@@ -129,7 +145,11 @@ def validate(s: CollectorSettings) -> list[str]:
             problems += one_of("webhook_event_types", name, records.EVENT_TYPES)
     if s.webhook_timeout <= 0:
         problems.append(f"webhook_timeout must be positive, got {s.webhook_timeout}")
-    problems += host_port_problems("metrics_addr", s.metrics_addr)
+    if host_port_problems("metrics_addr", s.metrics_addr):
+        problems.append(
+            "metrics_addr: expected PORT (served on 127.0.0.1) or HOST:PORT (e.g. 9464, 127.0.0.1:9464 or "
+            f"[::1]:9464), got {s.metrics_addr!r}"
+        )
     return problems
 
 

@@ -16,6 +16,7 @@ from typing import IO, Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.settings import load_settings
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
 
@@ -137,9 +138,9 @@ def test_a_metrics_address_in_use_is_fatal_at_start(imds: FakeImds, tmp_path: Pa
 
 
 def test_a_malformed_metrics_address_is_a_config_error(tmp_path: Path) -> None:
-    """``--metrics-addr 9464`` (no host) is listed as a configuration problem: exit 2."""
+    """``--metrics-addr web-0`` (no port) is listed as a configuration problem: exit 2."""
     result = subprocess.run(
-        [COLLECTOR, "run", "--state-dir", str(tmp_path / "state"), "--metrics-addr", "9464"],
+        [COLLECTOR, "run", "--state-dir", str(tmp_path / "state"), "--metrics-addr", "web-0"],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -147,4 +148,53 @@ def test_a_malformed_metrics_address_is_a_config_error(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "metrics_addr: expected HOST:PORT" in result.stderr
+    assert "metrics_addr: expected PORT (served on 127.0.0.1) or HOST:PORT" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("9464", "127.0.0.1:9464"),
+        (":9464", "127.0.0.1:9464"),
+        ("0", "127.0.0.1:0"),
+        ("10.1.2.3:9464", "10.1.2.3:9464"),
+        ("[::1]:9464", "[::1]:9464"),
+        ("", ""),
+    ],
+)
+def test_a_port_alone_listens_on_loopback(given: str, used: str) -> None:
+    """A port without a host serves /metrics on 127.0.0.1 only; a host, when named, is used as it is."""
+    assert load_settings(flags={"metrics_addr": given}, env={}).metrics_addr == used
+
+
+def test_a_port_alone_is_served_on_loopback_only(imds: FakeImds, tmp_path: Path) -> None:
+    """``--metrics-addr PORT``: the daemon answers on 127.0.0.1 and logs that host."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [
+            COLLECTOR,
+            "run",
+            *["--imds-url", imds.base_url, "--state-dir", str(tmp_path / "state")],
+            *["--min-request-interval", "0", "--metrics-addr", str(port)],
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+    )
+    assert process.stderr is not None
+    logs = LogReader(process.stderr)
+    try:
+        assert logs.metrics_port() == port
+        serving = next(line for line in logs.lines if line.get("message") == "serving /metrics")
+        assert serving["metrics_host"] == "127.0.0.1"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        finally:
+            process.kill()
+            process.wait()
