@@ -4,6 +4,8 @@ The embedded engine (chDB) lets one process open its directory. While ``sevents-
 serves queries on a Unix socket in that directory (``read.sock``, mode 0600: the ingest's user only), and
 ``audit`` and ``report`` ask it there instead of failing with "Cannot lock file". Each query runs with
 ``readonly=1``, its parameters bound by ClickHouse as ever; one JSON request per connection, one JSON answer.
+Only a single SELECT is answered, and never one with ``INTO OUTFILE``: the engine runs in the ingest's process,
+so ``readonly`` alone would let an asker write a file as the ingest's user.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class ReadServer:
             with self._lock:
                 # the asker's database: audit queries name their tables without one
                 self._client.database = asked.get("database") or "default"
+                _refuse_writes(self._client, asked["sql"])
                 result = self._client.query(
                     asked["sql"], parameters=asked.get("parameters") or {}, settings={"readonly": 1}
                 )
@@ -88,6 +91,16 @@ class ReadServer:
         self._server.shutdown()
         self._server.server_close()
         self.path.unlink(missing_ok=True)
+
+
+def _refuse_writes(client: Any, sql: str) -> None:
+    """Raise ReadError unless ``sql`` is one SELECT that writes nothing (ClickHouse's own parser decides)."""
+    formatted = client.query("SELECT formatQuerySingleLine({sql:String})", parameters={"sql": sql}).result_rows
+    text = str(formatted[0][0]).upper()
+    if not text.startswith(("SELECT", "WITH", "(")):
+        raise ReadError("the read socket answers SELECT queries only")
+    if "INTO OUTFILE" in text:
+        raise ReadError("INTO OUTFILE is refused: the read socket answers queries, it does not write files")
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
