@@ -23,7 +23,8 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 FOLDER: Final = "sevents"
-DRILL_DOWN = "/d/sevents-timeline/maintenance-timeline?var-event_id={{ $labels.event_id }}"
+# urlquery (Go's url.QueryEscape; Grafana reads its + as a space): an EventId holding & = # stays one parameter.
+DRILL_DOWN = "/d/sevents-timeline/maintenance-timeline?var-event_id={{ urlquery $labels.event_id }}"
 # Figures of an active event that its notification shows (refId -> value), beside the condition's "active".
 EVENT_FIGURES: Final = (
     ("status", "if(started_at IS NULL, 1, 2)"),  # 1 Scheduled, 2 Started

@@ -4,6 +4,9 @@ Each filter is wrapped in ``$__conditionalAll`` so that "All" costs nothing (the
 ``1=1``) and events seen by no VM of the fleet still show. VM attributes (subscription, location, scale
 set, fault domain, name) filter on the VMs an event *affects* (``affects_this_vm``), so picking a VM shows
 the maintenance that hits it, not everything its availability set was told about.
+
+Option values come from data any sender can write, and a URL can carry any value: every variable reaches SQL
+``percentencode``d inside one string literal that ClickHouse decodes (``selected``), never pasted as written.
 """
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
@@ -34,8 +37,29 @@ VM_VARIABLES: Final = (
 )
 
 
+# Grafana has no variable format that quotes a value for ClickHouse: `singlequote` escapes a quote as \' and
+# `sqlstring` doubles it, but neither escapes a backslash, so a value ending in one (or holding \') ends the
+# literal early. `percentencode` leaves only [A-Za-z0-9-_.~] and %XX: no quote, backslash, `/*`, `$`, bracket or
+# comma survives (a `--` does, inside the literal, where ClickHouse and the plugin's comment stripper both read it
+# as text), so the value stays inside one literal whatever it holds, and ClickHouse decodes it. A
+# multi-value variable is formatted as one glob, `{a,b}`, before encoding: option values are URL-encoded
+# themselves (`OPTION_VALUE`; a name Azure allows is unchanged), so a comma or brace in a name never splits it.
+OPTION_VALUE: Final = "encodeURLComponent({column})"
+
+
+def selected(variable: str) -> str:
+    """A subquery of the values chosen in ``variable`` (for ``column IN (...)``), whatever they hold.
+
+    ``decodeURLComponent`` undoes Grafana's ``percentencode``, leaving ``{v1,v2}`` (a textbox or single-value
+    variable has no braces); each ``vN`` is an option value, URL-encoded (``OPTION_VALUE``), decoded in turn.
+    """
+    glob = f"decodeURLComponent('${{{variable}:percentencode}}')"
+    return f"SELECT decodeURLComponent(arrayJoin(splitByChar(',', replaceRegexpAll({glob}, '[{{}}]', ''))))"
+
+
 def _any(column: str, variable: str) -> str:
-    return f"$__conditionalAll({column} IN (${variable}), ${variable})"
+    # the plugin finds the variable in the second argument as $name or ${name} only, never ${name:format}
+    return f"$__conditionalAll({column} IN ({selected(variable)}), ${variable})"
 
 
 def vm_filter(skip: tuple[str, ...] = ()) -> str:
@@ -51,7 +75,7 @@ def _affected(column: str, variable: str, since: str) -> str:
     # time-ordered transitions from `since` on: the cost follows the range, not the history
     return (
         f"$__conditionalAll(event_id IN (SELECT event_id FROM {DB}.transitions_by_time "
-        f"WHERE observed_at >= {since} AND affects_this_vm AND {column} IN (${variable})), ${variable})"
+        f"WHERE observed_at >= {since} AND affects_this_vm AND {column} IN ({selected(variable)})), ${variable})"
     )
 
 
@@ -159,10 +183,11 @@ def overlapping_range(first: str = "first_seen_at", last: str = "ended_at") -> s
 
 
 def _option_query(column: str, upstream: tuple[str, ...]) -> str:
+    """Options of one VM variable: the value URL-encoded (what ``selected`` decodes), the text as stored."""
     where = [f"{column} IS NOT NULL"] + [_any(col, name) for name, _, col in VM_VARIABLES if name in upstream]
     return (
-        f"SELECT DISTINCT {column} AS value FROM {DB}.heartbeats_latest FINAL "
-        f"WHERE {' AND '.join(where)} ORDER BY value"
+        f"SELECT DISTINCT {OPTION_VALUE.format(column=column)} AS value, {column} AS text "
+        f"FROM {DB}.heartbeats_latest FINAL WHERE {' AND '.join(where)} ORDER BY text"
     )
 
 

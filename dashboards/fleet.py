@@ -13,7 +13,9 @@ from dashboards.filters import DB
 
 DESTRUCTIVE = "('Reboot', 'Redeploy', 'Terminate', 'Preempt')"
 ACTIVE = f.since(f.ACTIVE_IDS)
-TIMELINE_LINK = "/d/sevents-timeline/maintenance-timeline?var-event_id=${__value.raw}&${__url_time_range}"
+# The EventId percent-encoded (Grafana's data links default to `uriencode`, which keeps & = # + as they are): an
+# EventId that holds them reaches the drill-down whole, not as more URL parameters.
+TIMELINE_LINK = "/d/sevents-timeline/maintenance-timeline?var-event_id=${__value.raw:percentencode}&${__url_time_range}"
 
 
 def event_link_override(column: str = "event_id") -> dict[str, Any]:

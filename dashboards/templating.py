@@ -9,6 +9,12 @@ Then Grafana's template service replaces ``$var``, ``${var}``, ``${var:format}``
 formatter quotes a list as ``'a','b'`` and leaves a single string as it is; a multi-value variable's
 value is always a list, so one selected value is still quoted. "All" without a custom all-value stands
 for every option. Names that are not variables (``$__timeFilter``) are left for the backend macros.
+
+Named formats follow Grafana's format registry (``formatRegistry.ts`` of @grafana/scenes, the same functions
+as the older template service): ``singlequote`` escapes only ``'`` (as ``\'``), ``sqlstring`` doubles ``'``
+and escapes ``"``, neither touches a backslash; ``percentencode`` is encodeURIComponent plus ``!'()*``, and a
+list is joined as a glob, ``{a,b}``, before it is encoded. The plugin swaps the ``$__conditionalAll`` text with
+JavaScript's ``String.replace``, so ``$&``, ``$'``, ``$` `` and ``$$`` in a condition are expanded as there.
 """
 
 from __future__ import annotations
@@ -96,15 +102,42 @@ def apply_conditional_all(sql: str, variables: Mapping[str, Selection]) -> str:
         found = _CONDITIONAL_VAR.search(params[1].strip())
         if found and found.group(0) in variables and _current_text(variables[found.group(0)]) in ("", ALL):
             phrase = "1=1"
-        sql = sql.replace(f"{_CONDITIONAL}{params[0]},{params[1]})", phrase, 1)
+        sql = _js_replace_first(sql, f"{_CONDITIONAL}{params[0]},{params[1]})", phrase)
         index = sql.rfind(_CONDITIONAL)
     return sql
+
+
+def _js_replace_first(text: str, search: str, replacement: str) -> str:
+    """JavaScript's ``text.replace(search, replacement)`` with a string pattern: the first occurrence, and the
+    replacement's ``$$``, ``$&``, ``$` `` and ``$'`` patterns expanded (a string pattern has no groups, so
+    ``$1`` and ``$<name>`` stay as written)."""
+    at = text.find(search)
+    if at == -1:
+        return text
+    before, after = text[:at], text[at + len(search) :]
+    patterns = {"$": "$", "&": search, "`": before, "'": after}
+    out: list[str] = []
+    index = 0
+    while index < len(replacement):
+        char = replacement[index]
+        if char == "$" and index + 1 < len(replacement) and replacement[index + 1] in patterns:
+            out.append(patterns[replacement[index + 1]])
+            index += 2
+            continue
+        out.append(char)
+        index += 1
+    return before + "".join(out) + after
 
 
 def _plugin_format(value: str | list[str]) -> str:
     if isinstance(value, list):
         return "'" + "','".join(value) + "'"
     return value
+
+
+def _encode_uri_component_strict(text: str) -> str:
+    """Grafana's encodeURIComponentStrict: UTF-8 percent-encoding of all but [A-Za-z0-9-_.~], hex upper case."""
+    return quote(text, safe="-_.~")
 
 
 def _named_format(value: str | list[str], fmt: str) -> str:
@@ -116,8 +149,9 @@ def _named_format(value: str | list[str], fmt: str) -> str:
     if fmt == "doublequote":
         return ",".join('"' + v.replace('"', '\\"') + '"' for v in values)
     if fmt == "percentencode":
-        # encodeURIComponent plus !'()*: what is left is [A-Za-z0-9-_.~] and %XX, never a quote or a backslash
-        return ",".join(quote(v, safe="-_.~") for v in values)
+        # encodeURIComponent plus !'()*: what is left is [A-Za-z0-9-_.~] and %XX, never a quote or a backslash.
+        # A list is first joined as a glob, "{a,b}" (even of one value), then encoded as one string.
+        return _encode_uri_component_strict("{" + ",".join(value) + "}" if isinstance(value, list) else value)
     if fmt == "csv":
         return ",".join(values)
     if fmt == "raw":

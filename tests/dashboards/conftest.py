@@ -124,21 +124,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@dataclass(frozen=True)
+class Engine:
+    """The package's one embedded ClickHouse (chdb opens one directory per process at a time)."""
+
+    client: Any
+    target: str
+
+
 @pytest.fixture(scope="package")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """Embedded ClickHouse for the package: ``seeded`` loads the scenario into its ``sevents`` database, other
+    tests use databases of their own."""
+    target = f"chdb://{tmp_path_factory.mktemp('dash-engine') / 'clickhouse'}"
+    client = connect(target)
+    yield Engine(client, target)
+    client.close()
+
+
+@pytest.fixture(scope="package")
+def seeded(tmp_path_factory: pytest.TempPathFactory, engine: Engine) -> Seeded:
     """Runs the dashboards scenario once and loads every collector's outbox into embedded ClickHouse."""
     root = tmp_path_factory.mktemp("dash-seed")
     run = _run_fleet(root / "vms")
     with Outbox(root / "vms" / run["vm_names"][0] / "outbox.sqlite") as outbox:
         outbox.commit([POISON], None)
-    target = f"chdb://{root / 'clickhouse'}"
-    client = connect(target)
-    migrate(client, Target())
-    handler = Handler(Writer(client), source="outbox", stop=threading.Event())
+    migrate(engine.client, Target())
+    handler = Handler(Writer(engine.client), source="outbox", stop=threading.Event())
     OutboxSource([str(root / "vms" / "*")], until_idle=True).run(handler, threading.Event())
     assert handler.stored > 0
-    yield Seeded(client, target, **run)
-    client.close()
+    return Seeded(engine.client, engine.target, **run)
 
 
 def around(seeded: Seeded) -> tuple[datetime, datetime]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboards.filters import event_vm_filter
+from dashboards.filters import event_vm_filter, selected
 from dashboards.templating import Selection
 from ingest.migrate import Target, load_migrations, render
 from tests.dashboards.conftest import Seeded, around
@@ -47,10 +47,11 @@ def test_event_vms_carries_each_vms_latest_subscription_and_resource_group(seede
 
 
 def test_the_event_vms_subscription_filter_needs_no_subquery() -> None:
-    """The filter for event_vms reads the view's own subscription column instead of a subquery on transitions."""
+    """The filter for event_vms reads the view's own subscription column instead of a subquery on transitions
+    (its only subquery decodes the chosen values: ``filters.selected``)."""
     sql = event_vm_filter()
-    assert "SELECT" not in sql
-    assert "$__conditionalAll(subscription_id IN ($subscription), $subscription)" in sql
+    assert " FROM " not in sql
+    assert f"$__conditionalAll(subscription_id IN ({selected('subscription')}), $subscription)" in sql
 
 
 def test_impact_panel_follows_the_subscription_choice(seeded: Seeded) -> None:
