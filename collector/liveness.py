@@ -21,6 +21,7 @@ from typing import Final
 
 from collector.downtime import pause
 from collector.model import Alive, Downtime
+from collector.statedir import NO_FOLLOW
 from sevents import records
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class AliveFile:
         self.path = state_dir / ALIVE_FILE
         self.boot_id = boot_id
         self._monotonic = monotonic
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | NO_FOLLOW, 0o600)
         self._synced = float("-inf")
 
     def beat(self, now: datetime) -> None:

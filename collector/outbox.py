@@ -101,6 +101,14 @@ class Outbox:
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # SQLite follows links: one planted in the state dir would make the collector write where it points
+            for file in (
+                self.path,
+                self.path.with_name(self.path.name + "-wal"),
+                self.path.with_name(self.path.name + "-shm"),
+            ):
+                if file.is_symlink():
+                    raise OSError(f"{file.name} is a link, not the outbox's own file")
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction is exactly what we say.
             self._db = sqlite3.connect(
                 str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False

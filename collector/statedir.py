@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Final, Protocol
@@ -28,6 +30,9 @@ else:
 
 
 LOCK_FILE: Final = "collector.lock"
+# Opening a state file never follows a link: whoever could plant one there could make the collector (often root)
+# overwrite the file it points at.
+NO_FOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 BALLAST_FILE: Final = "disk-reserve"
 BALLAST_BYTES: Final = 256 * 1024
 
@@ -47,15 +52,42 @@ def lock_state_dir(state_dir: Path) -> int:
 
     Two collectors on one directory would overwrite each other's snapshot and emit each other's transitions.
     The lock is advisory (flock; msvcrt.locking on Windows) and released by the kernel when the process dies,
-    so a SIGKILL leaves no stale lock behind.
+    so a SIGKILL leaves no stale lock behind. A directory another user owns is refused first (``check_owner``):
+    its files could be swapped for links between our checks and our writes.
     """
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    check_owner(state_dir)
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | NO_FOLLOW, 0o600)
     try:
         _lock(fd)
     except OSError as error:
         os.close(fd)
         raise StateDirInUse(f"state directory {state_dir} is in use by another collector") from error
     return fd
+
+
+def check_owner(state_dir: Path) -> None:
+    """Raise PermissionError unless ``state_dir`` belongs to this process's user; take away other users' write access.
+
+    The collector often runs as root; a state dir that another user owns, or may write to, lets that user replace
+    the outbox, the lock or the alive file with links to files the collector would then overwrite. A directory of
+    our own that its group or everyone may write to (a umask of 002) is tightened, with a warning. (No check on
+    Windows, where ownership is an ACL question.)
+    """
+    if not hasattr(os, "geteuid"):
+        return
+    info = os.stat(state_dir)
+    if info.st_uid != os.geteuid():
+        raise PermissionError(
+            errno.EPERM,
+            f"owned by uid {info.st_uid}, not by the collector's user (uid {os.geteuid()}): "
+            "another user could swap its files for links",
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(state_dir, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        log.warning(
+            "the state dir let other users write to it: took their write access away",
+            extra={"state_dir": str(state_dir), "mode_was": stat.filemode(info.st_mode)},
+        )
 
 
 def keep_ballast(state_dir: Path) -> None:
@@ -70,7 +102,7 @@ def keep_ballast(state_dir: Path) -> None:
             return
         if shutil.disk_usage(state_dir).free < 4 * BALLAST_BYTES:
             return  # too little room to set any aside: the ballast would be what fills the disk
-        with path.open("wb") as out:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NO_FOLLOW, 0o600), "wb") as out:
             out.write(b"\0" * BALLAST_BYTES)
             out.flush()
             os.fsync(out.fileno())
