@@ -30,7 +30,7 @@ from sevents import records
 from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
 from sevents.config import env_name, error_lines, read_toml_section
 from sevents.errors import ConfigError
-from sevents.logs import setup_logging
+from sevents.logs import printable, setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import install_tracer_provider, make_meter_provider, otlp_configured
 from sevents.version import add_version_flag
@@ -217,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:  # a bad policy refuses to start: never a silent approve-all, nor approve-none
         problems += error.problems
     if problems:
-        print(error_lines("sevents-collector", ConfigError(problems)), file=sys.stderr)
+        # both tables come from one file: a problem with the file itself is said once
+        print(error_lines("sevents-collector", ConfigError(list(dict.fromkeys(problems)))), file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "once" and not _configured("retry_deadline", args.config, flags):
         settings = dataclasses.replace(settings, retry_deadline=ONCE_RETRY_DEADLINE)
@@ -271,11 +272,11 @@ def _once(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
             return EXIT_INTERRUPTED
         except (ImdsError, DecodeError) as error:
             # the one line saying so (the health log's "poll failed" record is left out: it would say it twice)
-            print(f"sevents-collector: poll failed: {error}", file=sys.stderr)
+            print(f"sevents-collector: poll failed: {printable(str(error))}", file=sys.stderr)
             return EXIT_POLL_FAILED
         if not agent.last_poll_ok:
             # Read, but the outbox refused the commit (full, or a full disk): nothing was stored.
-            print(f"sevents-collector: not stored: {agent.health.last_poll_error}", file=sys.stderr)
+            print(f"sevents-collector: not stored: {printable(agent.health.last_poll_error)}", file=sys.stderr)
             return EXIT_POLL_FAILED
         out = sys.stdout
         for record in new:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
@@ -53,6 +54,10 @@ def read_toml_document(path: Path | None) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"config file {path} does not exist"]
     except (OSError, tomllib.TOMLDecodeError) as error:
         return {}, [f"config file {path} cannot be read: {error}"]
+    except UnicodeDecodeError as error:
+        return {}, [f"config file {path} is not UTF-8 text (byte {error.start}), as TOML must be"]
+    except RecursionError:
+        return {}, [f"config file {path} nests arrays or tables too deeply to be a config file"]
 
 
 def read_toml_section(path: Path | None, section: str) -> tuple[dict[str, Any], list[str]]:
@@ -192,9 +197,12 @@ def convert(raw: Any, hint: Any) -> Any:
             raise ValueError(f"expected an integer, got {raw!r}") from None
     if hint is float:
         try:
-            return float(raw)
-        except (TypeError, ValueError):
+            number = float(raw)
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"expected a number, got {raw!r}") from None
+        if not math.isfinite(number):  # nan and inf pass float(); poll_interval = inf would never poll again
+            raise ValueError(f"expected a finite number, got {raw!r}")
+        return number
     if hint is Path:
         return Path(str(raw)).expanduser()
     if hint is str:

@@ -1,16 +1,28 @@
 """Structured logging: JSON lines when stderr is not a terminal, readable key=value lines when it is.
 
 Call sites use the standard library: ``log.info("polled", extra={"incarnation": 3})``; every extra
-becomes a field. Secrets never reach a log because no code passes them as extras or messages.
+becomes a field. Secrets never reach a log because no code passes them as extras or messages. Text from outside
+(an IMDS answer, a hook's output) may hold newlines or terminal escapes: JSON escapes them, and the terminal
+format shows every control character as an escape, so no value can forge a log line or drive the terminal.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import datetime, timezone
 from typing import Any, TextIO
+
+# C0 and C1 control characters and DEL: shown as escapes on a terminal
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character as an escape (``\\n``, ``\\x1b``): one line, no terminal codes."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 # Attributes every LogRecord has; anything else was passed through ``extra``.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -45,12 +57,13 @@ class ConsoleFormatter(logging.Formatter):
     """``time level logger: message key=value ...`` for people at a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(f"{k}={v}" for k, v in _fields(record).items())
-        line = f"{_timestamp(record)} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        extras = " ".join(f"{k}={printable(str(v))}" for k, v in _fields(record).items())
+        line = f"{_timestamp(record)} {record.levelname.lower():7} {record.name}: {printable(record.getMessage())}"
         if extras:
             line += " " + extras
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            # a traceback keeps its lines; only escape sequences that would drive the terminal are shown as text
+            line += "\n" + self.formatException(record.exc_info).replace("\x1b", "\\x1b")
         return line
 
 

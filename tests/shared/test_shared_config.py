@@ -127,3 +127,31 @@ def test_a_known_table_nested_in_another_says_where_it_goes(tmp_path: Path) -> N
     assert caught.value.problems == [
         f"config file {file}: [example.approval] is a table of its own: write it as [approval], at the top level"
     ]
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "Infinity", "1e999"])
+def test_a_number_that_is_not_finite_is_a_problem_from_every_layer(tmp_path: Path, raw: str) -> None:
+    """`poll_interval = inf` would never poll again: non-finite numbers are refused like any bad value."""
+    toml = raw.lower() if raw in ("nan", "inf", "-inf") else ("inf" if raw == "Infinity" else raw)
+    layers: list[dict[str, object]] = [
+        {"file": write(tmp_path, f'[example]\nurl = "u"\ninterval_s = {toml}\n'), "env": {}, "flags": {}},
+        {"env": {"SEVENTS_INTERVAL_S": raw}, "flags": {"url": "u"}},
+        {"env": {}, "flags": {"url": "u", "interval_s": raw}},
+    ]
+    for layer in layers:
+        with pytest.raises(ConfigError, match=r"finite number|expected a number") as raised:
+            build(Example, section="example", **layer)  # type: ignore[arg-type]
+        assert len(raised.value.problems) == 1
+
+
+def test_a_config_file_that_is_not_utf8_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "example.toml"
+    path.write_bytes(b'[example]\nurl = "\xff\xfe"\n')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        build(Example, file=path, section="example", env={}, flags={})
+
+
+def test_a_config_file_nested_beyond_reason_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    path = write(tmp_path, "[example]\nurl = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError, match="too deeply"):
+        build(Example, file=path, section="example", env={}, flags={})
