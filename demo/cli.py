@@ -117,7 +117,7 @@ def _demo(args: argparse.Namespace) -> int:
             processes=True,
         )
     except ScenarioError as error:
-        print(f"sevents-demo: {error}", file=sys.stderr)
+        print(error.lines("sevents-demo"), file=sys.stderr)
         return exit_code(error)
     except (OSError, IngestError) as error:
         detail = error.strerror if isinstance(error, OSError) and error.strerror else error

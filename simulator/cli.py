@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario = load_scenario(args.scenario)
         server = SimServer(scenario, speed=args.speed, host=args.host, port=args.port)
     except ScenarioError as e:
-        print(f"sevents-imds-sim: {e}", file=sys.stderr)
+        print(e.lines("sevents-imds-sim"), file=sys.stderr)
         return exit_code(e)
     except OSError as e:
         print(f"sevents-imds-sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)

@@ -21,4 +21,9 @@ class ScenarioError(SimulatorError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
-        super().__init__("invalid scenario:\n" + "\n".join(f"  - {p}" for p in self.problems))
+        super().__init__("; ".join(self.problems))
+
+    def lines(self, prog: str) -> str:
+        """What a command prints: one line per problem, each ``PROG: invalid scenario: PROBLEM`` (the form of
+        ``sevents.config.error_lines``), so a log shipper or ``head -1`` sees the whole of each problem."""
+        return "\n".join(f"{prog}: invalid scenario: {problem}" for problem in self.problems)

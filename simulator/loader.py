@@ -282,9 +282,16 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         if not path.is_file():
             known = ", ".join(builtin_names())
             raise ScenarioError([f"{text!r} is neither a built-in scenario ({known}) nor a file"])
-        source, label = path.read_text("utf-8"), path.stem
+        try:
+            source, label = path.read_text("utf-8"), path.stem
+        except UnicodeDecodeError as e:
+            raise ScenarioError([f"{text}: not UTF-8 text (byte {e.start}), as TOML must be"]) from e
+        except OSError as e:
+            raise ScenarioError([f"{text}: cannot be read: {e.strerror or e}"]) from e
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError([f"{text}: not valid TOML: {e}"]) from e
+    except RecursionError:
+        raise ScenarioError([f"{text}: nests arrays or tables too deeply to be a scenario"]) from None
     return parse_scenario(data, label)

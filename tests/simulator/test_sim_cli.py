@@ -45,6 +45,23 @@ def test_bad_scenario_is_a_clear_error(tmp_path: Path) -> None:
     assert run("--speed", "0").returncode == 2
 
 
+def test_every_scenario_problem_is_one_whole_line(tmp_path: Path) -> None:
+    """Each problem on a line of its own in the form every sevents command uses (PROG: invalid ...: PROBLEM), so
+    a log shipper or `head -1` sees all of it; a file that is not UTF-8 or nests beyond reason is one of them."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[fleet.groups]]\nname = "a"\n[[events]]\ngroup = "b"\nat = 0\n[[events]]\ngroup = "c"\nat = 0\n')
+    lines = run("--scenario", str(bad)).stderr.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("sevents-imds-sim: invalid scenario: ") for line in lines)
+    assert any("'b'" in line for line in lines) and any("'c'" in line for line in lines)
+    deep = b"x = " + b"[" * 50_000 + b"]" * 50_000
+    for content, says in ((b'[fleet]\nname = "\xff"\n', "not UTF-8"), (deep, "deeply")):
+        bad.write_bytes(content)
+        out = run("--scenario", str(bad))
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert len(out.stderr.splitlines()) == 1 and says in out.stderr
+        assert out.stderr.startswith(f"sevents-imds-sim: invalid scenario: {bad}: ")
+
+
 def test_runs_a_scenario_logs_and_exits_when_done(tmp_path: Path) -> None:
     """With --port 0 the base URL is the first stdout line; events are logged; truth is written at exit."""
     truth = tmp_path / "truth.json"
