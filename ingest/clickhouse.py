@@ -12,11 +12,12 @@ import fcntl
 import logging
 import os
 import pwd
+import re
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 import clickhouse_connect
@@ -27,6 +28,54 @@ from ingest.readpath import ReadClient, ReadError, answering
 
 # Anything the client raises when a statement was not (or not surely) carried out.
 CLIENT_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, OSError, ReadError)
+
+# ClickHouse error codes that depend on the inserted values, so the same rows fail the same way on any server at
+# any time: retrying them would never end. Anything else (connection, timeout, memory, overload, a missing
+# table) is the server's problem and is retried.
+DATA_ERRORS: Final = {
+    6: "CANNOT_PARSE_TEXT",
+    25: "CANNOT_PARSE_ESCAPE_SEQUENCE",
+    26: "CANNOT_PARSE_QUOTED_STRING",
+    27: "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
+    38: "CANNOT_PARSE_DATE",
+    41: "CANNOT_PARSE_DATETIME",
+    53: "TYPE_MISMATCH",
+    69: "ARGUMENT_OUT_OF_BOUND",
+    70: "CANNOT_CONVERT_TYPE",
+    72: "CANNOT_PARSE_NUMBER",
+    117: "INCORRECT_DATA",
+    131: "TOO_LARGE_STRING_SIZE",
+    153: "ILLEGAL_DIVISION",  # a materialized view dividing by a value of the row
+    190: "SIZES_OF_ARRAYS_DONT_MATCH",
+    321: "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
+    349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
+    395: "FUNCTION_THROW_IF_VALUE_IS_NON_ZERO",  # throwIf in a constraint or a view, on a value of the row
+    407: "DECIMAL_OVERFLOW",
+    469: "VIOLATED_CONSTRAINT",
+    691: "UNKNOWN_ELEMENT_OF_ENUM",
+}
+# 252 TOO_MANY_PARTS is both: "Too many parts" in a partition is the server behind on merges (retried), while
+# "Too many partitions for single INSERT block" (max_partitions_per_insert_block) is a block whose rows span
+# too many partitions, refused the same way every time: the rows must go in smaller blocks.
+TOO_MANY_PARTS: Final = 252
+_CODE: Final = re.compile(r"Code: (\d+)\.")
+_PARTITIONS_PER_BLOCK: Final = re.compile(r"too many partitions for (a )?single insert block", re.IGNORECASE)
+
+
+def error_code(error: BaseException) -> int | None:
+    """ClickHouse's error code in ``error``'s text (``Code: 252. DB::Exception: ...``), None when there is none."""
+    match = _CODE.search(str(error))
+    return int(match.group(1)) if match else None
+
+
+def about_the_data(error: BaseException) -> bool:
+    """Whether ClickHouse refused the inserted rows themselves (the same rows fail again anywhere), not the
+    server or the network failing (which a retry may get past)."""
+    code = error_code(error)
+    if code == TOO_MANY_PARTS:
+        return _PARTITIONS_PER_BLOCK.search(str(error)) is not None
+    return code in DATA_ERRORS
+
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ class StoreError(IngestError):
 
 
 class RejectedRows(StoreError):
-    """The rows, not the server, are the problem (a value the column or a constraint refuses): never retried."""
+    """The rows, not the server, are the problem (a value the column or a constraint refuses, a block over too many
+    partitions): never retried as they are; the handler halves the batch until the refused row is alone."""
 
 
 class Interrupted(IngestError):

@@ -2,7 +2,11 @@
 
 Poison records become dead letters in the same batch and never block their neighbours. A ClickHouse failure
 is retried with backoff for as long as it takes; ``deliver`` returns only after ClickHouse confirmed, and
-raises Interrupted (nothing stored, nothing to acknowledge) when shutdown is asked for meanwhile.
+raises Interrupted (nothing stored, nothing to acknowledge) when shutdown is asked for meanwhile. A failure
+that is about the rows, not the server (``ingest.clickhouse.about_the_data``: a value or constraint refused, a
+block over too many partitions), is never retried as it is: the batch is halved until the refused row is alone
+and dead-lettered (``refused_by_clickhouse``), and the rest stored. Records older than every table that would
+keep them are counted as dropped (``retention``), never retried.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from opentelemetry import trace
@@ -34,6 +39,7 @@ DEFAULT_LIMITS = Limits()
 
 
 MADE_SAFE = "made_safe"  # the dead-letter reason of an original kept beside its repaired, stored row
+RETENTION = "retention"  # the drop reason of a record older than every table that would keep it
 
 
 def prepare(
@@ -68,6 +74,14 @@ def prepare(
     return batch, rejected
 
 
+@dataclass
+class Outcome:
+    """What became of a batch's record rows that were not stored as they came, per table."""
+
+    dropped: dict[str, int] = field(default_factory=dict)  # older than every table that would keep them
+    refused: dict[str, int] = field(default_factory=dict)  # refused by ClickHouse, alone: dead-lettered
+
+
 class Handler:
     """Callable given to a Source as ``deliver``; thread-safe, so partitions may deliver concurrently."""
 
@@ -93,6 +107,7 @@ class Handler:
         self.on_stored = on_stored
         self.stored = 0  # records and dead letters confirmed, for logs and tests
         self.dead_letters = 0  # of which dead letters (ingest.progress reports both)
+        self.dropped = 0  # records not stored on purpose (older than their tables' retention); not in ``stored``
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
@@ -107,39 +122,58 @@ class Handler:
         ) as span:
             span.set_attribute("sevents.records", batch.records())
             span.set_attribute("sevents.dead_letters", len(batch.dead_letters))
-            self._store_isolating(batch, rejected)
-        self._account(batch, rejected)
+            outcome = Outcome()
+            self._store_isolating(batch, rejected, outcome)
+        for table, count in outcome.dropped.items():
+            log.warning(
+                "records older than every table's retention: dropped",
+                extra={"record_type": table.rstrip("s"), "count": count, "reason": RETENTION, "source": self.source},
+            )
+        self._account(batch, rejected, outcome)
         if self.on_stored is not None:
             self.on_stored(batch)
 
-    def _store_isolating(self, batch: Batch, rejected: dict[str, int]) -> None:
-        """Store; if ClickHouse refuses the rows themselves, halve until the refused row is alone, dead-letter it."""
+    def _store_isolating(self, batch: Batch, rejected: dict[str, int], outcome: Outcome) -> None:
+        """Store; if ClickHouse refuses the rows themselves, halve until the refused row is alone, dead-letter it.
+
+        Halving ends: each half has fewer records, and one record alone is stored or dead-lettered. A block
+        refused only for spanning too many partitions fits once halved enough, and nothing of it is lost.
+        ``outcome`` gathers, per table, the rows dropped for retention and the rows refused (dead-lettered).
+        """
         try:
-            self._store(batch)
+            for table, count in self._store(batch).items():
+                outcome.dropped[table] = outcome.dropped.get(table, 0) + count
             return
         except RejectedRows as error:
             only = batch.only_record()
             if batch.records() == 0:
                 raise StoreError(f"ClickHouse refused dead letters: {error}") from error
             if only is None:
+                log.info(
+                    "ClickHouse refused a batch's rows; halving it to find the refused one",
+                    extra={"rows": len(batch), "error": str(error)},
+                )
                 for half in batch.split():
-                    self._store_isolating(half, rejected)
+                    self._store_isolating(half, rejected, outcome)
                 return
             log.warning("ClickHouse refused a record", extra={"position": only.position, "error": str(error)})
             rejected["refused_by_clickhouse"] = rejected.get("refused_by_clickhouse", 0) + 1
+            table = next(name for name, origins in batch.origins.items() if origins)
+            outcome.refused[table] = outcome.refused.get(table, 0) + 1
             alone = Batch(dead_letters=list(batch.dead_letters))
             alone.add_dead_letter(
                 only, error=f"refused_by_clickhouse: {error}", source=self.source, received_at=self.now()
             )
             self._store(alone)
 
-    def _store(self, batch: Batch) -> None:
+    def _store(self, batch: Batch) -> dict[str, int]:
+        """Store ``batch``, retrying server faults for as long as it takes; the rows dropped for retention."""
         attempt = 0
         first_failure = 0.0
         while True:
             started = time.monotonic()
             try:
-                self.writer.store(batch, retry=attempt > 0)
+                dropped = self.writer.store(batch, retry=attempt > 0)
             except RejectedRows:
                 raise
             except StoreError as error:
@@ -163,15 +197,21 @@ class Handler:
             self.metrics.insert_duration.record(time.monotonic() - started)
             if attempt:
                 log.info("insert succeeded after retries", extra={"attempts": attempt + 1, "rows": len(batch)})
-            return
+            return dropped or {}
 
-    def _account(self, batch: Batch, rejected: dict[str, int]) -> None:
+    def _account(self, batch: Batch, rejected: dict[str, int], outcome: Outcome) -> None:
         m = self.metrics
         m.batches.add(1)
         oldest: datetime | None = None
         for table, origins in batch.origins.items():
+            gone = outcome.dropped.get(table, 0)
+            stored = len(origins) - gone - outcome.refused.get(table, 0)  # the refused: counted as dead letters
+            if stored > 0:
+                m.records.add(stored, {"record_type": table.rstrip("s"), "outcome": "stored"})
+            if gone:
+                m.records.add(gone, {"record_type": table.rstrip("s"), "outcome": "dropped"})
+                m.dropped.add(gone, {"record_type": table.rstrip("s"), "reason": RETENTION})
             if origins:
-                m.records.add(len(origins), {"record_type": table.rstrip("s"), "outcome": "stored"})
                 first = batch.earliest(table, "observed_at")
                 oldest = first if oldest is None else min(oldest, first)
         for reason, count in rejected.items():
@@ -182,9 +222,11 @@ class Handler:
             m.dead_letters.add(count, {"reason": reason})
         if oldest is not None:
             m.lag.record(max(0.0, (self.now() - oldest).total_seconds()))
+        dropped, refused = sum(outcome.dropped.values()), sum(outcome.refused.values())
         with self._lock:
-            self.stored += len(batch)
-            self.dead_letters += len(batch.dead_letters)
+            self.stored += len(batch) - dropped  # a refused record's row counts once: as its dead letter
+            self.dead_letters += len(batch.dead_letters) + refused
+            self.dropped += dropped
 
 
 def _keys(batch: Batch) -> Iterator[tuple[str, int]]:

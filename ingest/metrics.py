@@ -1,4 +1,4 @@
-"""The ingest's OpenTelemetry instruments: records in, batches, insert latency, lag, dead letters."""
+"""The ingest's OpenTelemetry instruments: records in, batches, insert latency, lag, dead letters, drops."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class IngestMetrics:
     insert_failures: Counter
     lag: Histogram
     dead_letters: Counter
+    dropped: Counter
 
     @classmethod
     def create(cls, provider: MeterProvider) -> IngestMetrics:
@@ -50,5 +51,11 @@ class IngestMetrics:
             ),
             dead_letters=meter.create_counter(
                 "sevents.ingest.dead_letters", unit="{record}", description="records sent to dead_letters, by reason"
+            ),
+            dropped=meter.create_counter(
+                "sevents.ingest.dropped",
+                unit="{record}",
+                description="records stored nowhere on purpose, by type and reason (retention: older than every "
+                "table that would keep them)",
             ),
         )

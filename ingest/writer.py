@@ -18,6 +18,16 @@ duplicate if they were there after all. Only rows found stored count as stored.
 The look-up costs about as much as a third of an insert, so it is done only where a lost part can be hit: in
 the first ``verify_window`` seconds after the first store (a restarted ingest is redelivered its
 predecessor's unacknowledged batches first) and on every retry after a failed attempt.
+
+No batch can stall: ClickHouse refuses a block whose rows span more than ``max_partitions_per_insert_block``
+partitions (100; a VM's backlog after an outage has a heartbeat partition per day), so a table's rows that span
+more than ``partitions_per_insert`` partitions go in as several inserts of whole partitions, in partition order,
+each with its own token over its own keys: the same batch always makes the same inserts and tokens, so retries
+stay idempotent. A batch whose rows span few partitions (the live case) is one insert, as before. Heartbeats
+older than the ``heartbeats`` table's TTL go in all the same (its materialized views keep them: the hourly
+rollup ``heartbeat_hours`` and ``heartbeats_latest``) but the table itself may drop them at once, so they are
+verified in the rollup instead; those older than the rollup's TTL too are kept nowhere and are not inserted:
+``store`` returns them, counted per table, as dropped for retention.
 """
 
 from __future__ import annotations
@@ -27,21 +37,52 @@ import math
 import re
 import struct
 import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.exceptions import DataError
 
-from ingest.clickhouse import CLIENT_ERRORS
+from ingest.clickhouse import CLIENT_ERRORS, about_the_data
 from ingest.columns import LAYOUTS, arrow_table
 from ingest.errors import RejectedRows, StoreError
 from ingest.rows import DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
 
-# Error codes that depend on the inserted values: parse and conversion failures, out-of-range values, NULL
-# into a non-Nullable column, a violated CHECK constraint. Anything else is the server's problem: retried.
-REFUSED_CODES: Final = frozenset({6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131, 321, 349, 469})
-_CODE: Final = re.compile(r"Code: (\d+)\.")
+# Each record table's PARTITION BY (the migrations): the column and toYYYYMM ("month") or toYYYYMMDD ("day").
+# The materialized views' tables are partitioned by month of the same times, so a block within N partitions
+# here is within N there. A schema partitioned finer than this says is still safe: a block ClickHouse refuses
+# for its partitions is halved by the handler until it fits.
+PARTITION_BY: Final = {
+    "transitions": ("observed_at", "month"),
+    "heartbeats": ("observed_at", "day"),
+    "impacts": ("began_at", "month"),
+    "approvals": ("decided_at", "month"),
+}
+# Half ClickHouse's default max_partitions_per_insert_block (100): room for a server configured a bit lower.
+PARTITIONS_PER_INSERT: Final = 50
+HEARTBEAT_ROLLUP: Final = "heartbeat_hours"  # fed by a materialized view from heartbeats (migration 0006)
+# A row whose TTL ends within this margin is treated as gone: the TTL merge may come before the verifying read,
+# the rollup's TTL counts from the hour's start, and the server's clock may run a little ahead of ours.
+RETENTION_MARGIN: Final = timedelta(hours=2)
+RETENTION_REFRESH_S: Final = 600.0  # how long a table's TTL read from the schema is trusted
+_TTL: Final = re.compile(r"\bTTL\s+(.*?)(?:\s+SETTINGS\b|$)", re.DOTALL)
+_INTERVAL: Final = re.compile(
+    r"toInterval(Second|Minute|Hour|Day|Week|Month|Quarter|Year)\((\d+)\)"
+    r"|INTERVAL\s+(\d+)\s+(SECOND|MINUTE|HOUR|DAY|WEEK|MONTH|QUARTER|YEAR)",
+    re.IGNORECASE,
+)
+_UNIT_S: Final = {
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 7 * 86400,
+    "month": 28 * 86400,  # the shortest: a row is never taken for kept when it may be gone
+    "quarter": 89 * 86400,
+    "year": 365 * 86400,
+}
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +91,39 @@ class Writer:
     """Stores batches in ``database``; on a cluster, inserts wait until every shard has the rows."""
 
     def __init__(
-        self, client: Any, database: str = "sevents", *, cluster: bool = False, verify_window: float = math.inf
+        self,
+        client: Any,
+        database: str = "sevents",
+        *,
+        cluster: bool = False,
+        verify_window: float = math.inf,
+        partitions_per_insert: int = PARTITIONS_PER_INSERT,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.client = client
         self.database = database
         self.verify_window = verify_window
+        self.partitions_per_insert = partitions_per_insert
+        self.now = now
+        self._local = "_local" if cluster else ""  # where the TTLs are: the tables holding the rows
         self._first_store: float | None = None
+        self._retention: tuple[float, dict[str, timedelta | None]] | None = None  # (read at, table -> TTL)
         # optimize_on_insert=0: the tables collapse repeated keys when parts merge and readers use FINAL or
         # merge states, so sorting out duplicates inside each inserted block again is work for nothing.
         self._common: dict[str, Any] = {"insert_deduplicate": 1, "async_insert": 0, "optimize_on_insert": 0}
         if cluster:
             self._common["distributed_foreground_insert"] = 1
 
-    def store(self, batch: Batch, *, retry: bool = False) -> None:
+    def store(self, batch: Batch, *, retry: bool = False) -> dict[str, int]:
         """Insert every table's rows of ``batch``; returns only when ClickHouse confirmed all of them.
 
         ``retry``: an earlier attempt at this batch failed, so its token may be taken while its rows are not.
+        Returns the rows dropped for retention (older than every table that would keep them), per table.
         """
         now = time.monotonic()
         self._first_store = now if self._first_store is None else self._first_store
         verify = retry or now - self._first_store <= self.verify_window
+        dropped: dict[str, int] = {}
         try:
             if batch.dead_letters:
                 keys = [str(row[0]) for row in batch.dead_letters]  # dead_letter_id
@@ -77,38 +131,104 @@ class Writer:
             # Transitions first: alerts read them, and a heartbeat's insert need not delay them.
             for table in ("transitions", "approvals", "impacts", "heartbeats"):
                 if batch.origins[table]:
-                    self._insert_table(table, batch, verify)
+                    gone = self._insert_table(table, batch, verify)
+                    if gone:
+                        dropped[table] = gone
         except DataError as error:
             raise RejectedRows(f"ClickHouse client refused a value: {_short(error)}") from error
         except CLIENT_ERRORS as error:
-            if refused_by_server(error):
+            if about_the_data(error):
                 raise RejectedRows(f"ClickHouse refused the rows: {_short(error)}") from error
             raise StoreError(f"ClickHouse did not store the batch: {_short(error)}") from error
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as error:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
+        return dropped
 
-    def _insert_table(self, table: str, batch: Batch, verify: bool) -> None:
-        """A record table's rows, as one Arrow table: the batch decoder's columns, then the other rows."""
+    def _insert_table(self, table: str, batch: Batch, verify: bool) -> int:
+        """A record table's rows, as one Arrow table (the batch decoder's columns, then the other rows), in
+        inserts of at most ``partitions_per_insert`` partitions; returns the rows dropped for retention."""
         columns = batch.columns[table]
         parts = [] if columns is None else [columns]
         if batch.rows[table]:
             parts.append(arrow_table(LAYOUTS[table], batch.rows[table]))
         # Dictionaries differ from part to part, and the Arrow file format takes one per column: unify them.
         rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts).unify_dictionaries().combine_chunks()
-        keys = rows.column(KEY_OF[table]).to_pylist()  # text: the key columns are String
-        self._insert_verified(table, rows, keys, verify)
+        expiring: pa.Table | None = None
+        dropped = 0
+        if table == "heartbeats":
+            rows, expiring, dropped = self._by_retention(rows)
+        for chunk in partition_chunks(rows, table, self.partitions_per_insert):
+            keys = chunk.column(KEY_OF[table]).to_pylist()  # text: the key columns are String
+            self._insert_verified(table, chunk, keys, verify)
+        if expiring is not None:
+            for chunk in partition_chunks(expiring, table, self.partitions_per_insert):
+                keys = chunk.column(KEY_OF[table]).to_pylist()
+                self._insert_verified(table, chunk, keys, verify, in_rollup=True)
+        return dropped
+
+    def _by_retention(self, rows: pa.Table) -> tuple[pa.Table, pa.Table | None, int]:
+        """Heartbeats by age: (those ``heartbeats`` keeps, those only its rollup keeps or None, how many none keeps).
+
+        The common case, every heartbeat recent, costs one minimum over the column (and, every few minutes, a
+        look at the schema).
+        """
+        observed = rows.column("observed_at")
+        oldest = pc.min(observed).as_py()
+        raw = self._ttl("heartbeats") if oldest is not None else None
+        now = self.now()
+        if oldest is None or raw is None or oldest >= now - raw + RETENTION_MARGIN:
+            return rows, None, 0
+        kept = pc.greater_equal(observed, pa.scalar(now - raw + RETENTION_MARGIN, observed.type))
+        rollup = self._ttl(HEARTBEAT_ROLLUP)
+        old = pc.invert(kept)
+        if rollup is not None:  # and older than the rollup's TTL as well: kept nowhere
+            old = pc.and_(old, pc.greater_equal(observed, pa.scalar(now - rollup + RETENTION_MARGIN, observed.type)))
+        recent, expiring = rows.filter(kept), rows.filter(old)
+        return recent, (expiring if expiring.num_rows else None), rows.num_rows - recent.num_rows - expiring.num_rows
+
+    def _ttl(self, table: str) -> timedelta | None:
+        """How long ``table`` keeps a row: its TTL as the schema says (read again every few minutes); None, for
+        ever. On a cluster the TTL is on the local tables."""
+        now = time.monotonic()
+        if self._retention is None or now - self._retention[0] > RETENTION_REFRESH_S:
+            names = [f"heartbeats{self._local}", f"{HEARTBEAT_ROLLUP}{self._local}"]
+            found = self.client.query(
+                "SELECT name, engine_full FROM system.tables "
+                "WHERE database = {db:String} AND name IN {names:Array(String)}",
+                parameters={"db": self.database, "names": names},
+            ).result_rows
+            ttls = {str(name).removesuffix(self._local): ttl_of(str(engine)) for name, engine in found}
+            if len(ttls) < len(names):  # not migrated yet (or dropped meanwhile): not worth keeping
+                return ttls.get(table)
+            self._retention = (now, ttls)
+        return self._retention[1].get(table)
 
     def _insert_verified(
-        self, table: str, rows: pa.Table | list[tuple[Any, ...]], keys: list[str], verify: bool
+        self,
+        table: str,
+        rows: pa.Table | list[tuple[Any, ...]],
+        keys: list[str],
+        verify: bool,
+        *,
+        in_rollup: bool = False,
     ) -> None:
+        """Insert with the keys' token; when verifying, look the keys up (``in_rollup``: heartbeats the table
+        itself may already have dropped by TTL are looked for in their hourly rollup) and insert the missing
+        ones again, untokened."""
         key_column = KEY_OF.get(table, "dead_letter_id")
         settings = {**self._common, "insert_deduplication_token": insert_token(table, keys)}
         self._insert(table, rows, settings)
         if not verify:
             return
         vms = _vms(rows) if table in LAYOUTS else []
-        missing = self._missing(table, key_column, keys, vms)
+
+        def missing_now() -> set[str]:
+            if in_rollup and isinstance(rows, pa.Table):
+                return self._missing_from_rollup(rows)
+            return self._missing(table, key_column, keys, vms)
+
+        missing = missing_now()
         if not missing:
             return
         # Dropped as a duplicate of an insert that never reached disk: insert those rows again, untokened.
@@ -122,7 +242,7 @@ class Writer:
         else:
             again = [row for row, key in zip(rows, keys, strict=True) if key in missing]
         self._insert(table, again, {**self._common, "insert_deduplicate": 0})
-        still = self._missing(table, key_column, keys, vms)
+        still = missing_now()
         if still:  # retried by the handler (with the token, then verified again): never acknowledged unstored
             raise StoreError(f"{len(still)} rows of {table} not found after inserting them")
 
@@ -145,16 +265,87 @@ class Writer:
         ).result_rows
         return set(keys) - {str(row[0]) for row in found}
 
+    def _missing_from_rollup(self, rows: pa.Table) -> set[str]:
+        """The heartbeats of ``rows`` whose hour of their VM is not in the hourly rollup, or is there with only
+        earlier heartbeats: what a lost insert would leave. (The rollup keeps a set of heartbeat ids per hour,
+        which cannot be looked into; its latest time per hour can.)"""
+        ids = rows.column("heartbeat_id").to_pylist()
+        vms = rows.column("vm_id").cast(pa.string()).to_pylist()
+        stamps = pc.cast(rows.column("observed_at"), pa.int64()).to_pylist()  # milliseconds since the epoch
+        hours = [ms // 3_600_000 * 3600 for ms in stamps]
+        found = self.client.query(
+            f"SELECT vm_id, toUnixTimestamp(hour), toUnixTimestamp64Milli(max(last_at)) "  # noqa: S608 -- our names; values bound
+            f"FROM {self.database}.{HEARTBEAT_ROLLUP} WHERE hour BETWEEN toDateTime({{low:UInt32}}, 'UTC') AND "
+            f"toDateTime({{high:UInt32}}, 'UTC') AND vm_id IN {{vms:Array(String)}} GROUP BY vm_id, hour",
+            parameters={"low": min(hours), "high": max(hours), "vms": sorted(set(vms))},
+        ).result_rows
+        latest = {(str(vm), int(hour)): int(last) for vm, hour, last in found}
+        return {
+            key for key, vm, hour, ms in zip(ids, vms, hours, stamps, strict=True) if latest.get((vm, hour), -1) < ms
+        }
+
+
+def partition_chunks(rows: pa.Table, table: str, limit: int) -> Iterator[pa.Table]:
+    """``rows`` in blocks of whole partitions (the table's PARTITION BY), at most ``limit`` partitions each.
+
+    Rows within ``limit`` partitions (every live batch) are one block, untouched. Otherwise blocks follow the
+    partitions' order and keep the rows' order within a partition: the same rows always make the same blocks.
+    """
+    if not rows.num_rows:
+        return
+    if _span(rows, table) <= limit:  # the common case, for the price of one pass over one column
+        yield rows
+        return
+    partition = _partition(rows, table)
+    if pc.count_distinct(partition).as_py() <= limit:
+        yield rows
+        return
+    members: dict[int, list[int]] = {}
+    for index, key in enumerate(partition.to_pylist()):
+        members.setdefault(key, []).append(index)
+    ordered = sorted(members)
+    for start in range(0, len(ordered), limit):
+        taken = [index for key in ordered[start : start + limit] for index in members[key]]
+        yield rows.take(pa.array(taken, pa.int64()))
+
+
+def _span(rows: pa.Table, table: str) -> int:
+    """How many partitions lie from the earliest row's to the latest's: at least as many as the rows span."""
+    name, unit = PARTITION_BY[table]
+    bounds = pc.min_max(rows.column(name))
+    low: datetime | None = bounds["min"].as_py()
+    high: datetime | None = bounds["max"].as_py()
+    if low is None or high is None:
+        return 1
+    if unit == "day":
+        return (high.date() - low.date()).days + 1
+    return (high.year - low.year) * 12 + high.month - low.month + 1
+
+
+def _partition(rows: pa.Table, table: str) -> pa.ChunkedArray:
+    """Each row's partition, as toYYYYMM / toYYYYMMDD of the table's partition column (UTC) computes it."""
+    name, unit = PARTITION_BY[table]
+    times = rows.column(name)
+    month = pc.add(pc.multiply(pc.year(times), 100), pc.month(times))
+    return pc.add(pc.multiply(month, 100), pc.day(times)) if unit == "day" else month
+
+
+def ttl_of(engine_full: str) -> timedelta | None:
+    """A table's row TTL from its ``engine_full`` (``... TTL toDateTime(observed_at) + toIntervalDay(7) ...``);
+    None when it has none (or it is not a plain interval, which the writer then does not rely on)."""
+    clause = _TTL.search(engine_full)
+    if clause is None:
+        return None
+    found = _INTERVAL.search(clause.group(1))
+    if found is None:
+        return None
+    unit, count = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
+    return timedelta(seconds=int(count) * _UNIT_S[unit.lower()])
+
 
 def _vms(rows: pa.Table) -> list[str]:
     """The table's VMs, sorted: the sorting key's prefix, which narrows the verifying read."""
     return sorted(str(vm) for vm in pc.unique(rows.column("vm_id").cast(pa.string())).to_pylist())
-
-
-def refused_by_server(error: BaseException) -> bool:
-    """Whether ClickHouse's error code says the data (not the server or the network) was at fault."""
-    match = _CODE.search(str(error))
-    return match is not None and int(match.group(1)) in REFUSED_CODES
 
 
 def _short(error: BaseException) -> str:
