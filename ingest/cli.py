@@ -46,6 +46,8 @@ examples:
   sevents-ingest audit disruptive --since 7d --clickhouse chdb:///var/lib/sevents/ch
   sevents-ingest audit downtime --since 24h --format csv --clickhouse https://reader@ch.example:8443
   sevents-ingest report --since 24h --out report.html --clickhouse chdb:///var/lib/sevents/ch
+  sevents-ingest reconcile --subscription <id> --clickhouse https://writer@ch.example:8443   # Azure's inventory
+  sevents-ingest audit coverage --format json      # inventory VMs with a reporting/silent/retired collector or none
 
 targets: --clickhouse chdb:///abs/dir (embedded, one process per directory; while `run` holds it, audit and
 report ask it) or https://user@host:8443 (password from SEVENTS_CLICKHOUSE_PASSWORD or
@@ -127,6 +129,31 @@ def parser() -> argparse.ArgumentParser:
         "over; longer than the load balancing interval (default 60)",
     )
 
+    p = sub.add_parser(
+        "reconcile",
+        allow_abbrev=False,
+        help="read Azure Resource Graph (inventory, annotations, central scheduled events) into ClickHouse",
+        description="Every interval (or once), read the subscriptions' VM inventory, Resource Health annotation "
+        "changes and central scheduled events from Azure Resource Graph with a managed or workload identity "
+        "(Reader), and store what is new or changed (ingest/README.md, Reconcile).",
+    )
+    _common(p)
+    p.add_argument(
+        "--subscription",
+        action="append",
+        metavar="ID",
+        help="subscription id to read; repeatable or comma-separated (default: reconcile_subscriptions)",
+    )
+    p.add_argument("--once", action="store_true", help="one pass, then exit (default: a pass every interval)")
+    p.add_argument("--interval", type=float, metavar="SECONDS", help="seconds between passes (default 900)")
+    p.add_argument(
+        "--arm-endpoint",
+        metavar="URL",
+        help="Azure Resource Manager of the cloud (default https://management.azure.com); plain http only on "
+        "a loopback address (a test server)",
+    )
+    p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+
     p = sub.add_parser("audit", allow_abbrev=False, help="answer audit questions from the history")
     audit = p.add_subparsers(dest="question", required=True)
     a = audit.add_parser("vm", allow_abbrev=False, help="what happened to a VM between two times")
@@ -162,6 +189,12 @@ def parser() -> argparse.ArgumentParser:
     )
     _window(a)
     audit.add_parser("counts", allow_abbrev=False, help="rows per table after deduplication")
+    audit.add_parser(
+        "coverage",
+        allow_abbrev=False,
+        help="inventory VMs (sevents-ingest reconcile) with a reporting, silent or retired collector, or none, "
+        "per subscription, resource group and set",
+    )
     for choice in audit.choices.values():
         _common(choice)
         choice.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
@@ -222,6 +255,11 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
             "metrics_addr",
         )
     }
+    flags["reconcile_interval"] = getattr(args, "interval", None)
+    flags["reconcile_arm_endpoint"] = getattr(args, "arm_endpoint", None)
+    subscriptions = getattr(args, "subscription", None)
+    if subscriptions:
+        flags["reconcile_subscriptions"] = tuple(p.strip() for a in subscriptions for p in a.split(",") if p.strip())
     return load(file=args.config, env=os.environ, flags=flags)
 
 
@@ -246,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _run(settings, args)
+        if args.command == "reconcile":
+            return _reconcile(settings, args)
         return _audit(settings, args)
     except IngestError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
@@ -297,6 +337,20 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _reconcile(settings: IngestSettings, args: argparse.Namespace) -> int:
+    from ingest import reconcile  # the Azure SDKs load only for this command
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return reconcile.run(settings, stop, once=args.once, apply_migrations=not args.no_migrate)
+
+
 @contextlib.contextmanager
 def _answering_reads(settings: IngestSettings) -> Iterator[None]:
     """While the ingest holds an embedded directory, audit and report ask it (ingest.readpath)."""
@@ -344,6 +398,8 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         query = queries.FAULT_DOMAIN_SUMMARY
     elif q == "downtime":
         query = queries.DOWNTIME
+    elif q == "coverage":
+        query = queries.COVERAGE
     else:
         query = queries.COUNTS
     try:

@@ -406,6 +406,43 @@ SELECT
 """,
 )
 
+# Coverage (issue 27): the VMs of Azure's inventory (azure_vms, kept by `sevents-ingest reconcile`) joined to the
+# collectors by vmId (IMDS compute.vmId, which ARG gives as properties.vmId). A VM is reporting, silent or retired
+# by the views' own rule (silent_or_retired_vms: no heartbeat for custom_sevents_silent_after_s, SILENT_AFTER_S by
+# default; retired as retired_vms), never_seen when no heartbeat of it ever arrived. The set is the inventory's
+# scale set or availability set ('' for a standalone VM).
+COVERAGE = Query(
+    "coverage",
+    "Inventory VMs with a reporting, silent or retired collector, or none ever, per subscription, resource group "
+    "and set",
+    """
+SELECT subscription_id, resource_group, fault_set,
+       count() AS inventory_vms,
+       countIf(state_ = 'reporting') AS reporting,
+       countIf(state_ = 'silent') AS silent,
+       countIf(state_ = 'retired') AS retired,
+       countIf(state_ = 'never_seen') AS never_seen,
+       round(100 * reporting / inventory_vms, 1) AS covered_pct
+FROM
+(
+    SELECT i.subscription_id AS subscription_id, i.resource_group AS resource_group,
+           if(i.scale_set != '', i.scale_set, i.availability_set) AS fault_set,
+           -- a LEFT JOIN without a match gives 0, or NULL under join_use_nulls: ifNull reads both alike
+           multiIf(ifNull(h.seen_, 0) = 0, 'never_seen', ifNull(s.quiet_, 0) = 0, 'reporting',
+                   ifNull(s.retired_, 0) = 1, 'retired', 'silent') AS state_
+    FROM (SELECT vm_id, subscription_id, resource_group, scale_set, availability_set
+          FROM azure_vms FINAL WHERE present) AS i
+    LEFT JOIN (SELECT DISTINCT lower(vm_id) AS vm_id, toUInt8(1) AS seen_ FROM heartbeats_latest) AS h
+        ON h.vm_id = i.vm_id
+    LEFT JOIN (SELECT lower(vm_id) AS vm_id, toUInt8(1) AS quiet_, toUInt8(max(retired)) AS retired_
+               FROM silent_or_retired_vms GROUP BY vm_id) AS s
+        ON s.vm_id = i.vm_id
+)
+GROUP BY subscription_id, resource_group, fault_set
+ORDER BY subscription_id, resource_group, fault_set
+""",
+)
+
 ALL: tuple[Query, ...] = (
     VM_HISTORY,
     EVENT_SUMMARY,
@@ -418,6 +455,7 @@ ALL: tuple[Query, ...] = (
     DOWNTIME,
     APPROVALS,
     COUNTS,
+    COVERAGE,
 )
 
 

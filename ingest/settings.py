@@ -6,17 +6,20 @@ never from a flag or the ``--clickhouse`` target, and are kept out of ``repr``.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlparse
 
 from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
 from ingest.decode import Limits
 from ingest.migrate import Target
-from sevents.config import build, host_port_problems
+from sevents.config import build, host_port_problems, one_of
 
 SECTION: Final = "ingest"
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
@@ -65,6 +68,16 @@ class IngestSettings:
     # ``run``: seconds between progress lines (records stored, rate, dead letters, backlog) while records are stored
     progress_interval: float = 10.0
     metrics_addr: str = ""  # HOST:PORT serving /metrics for Prometheus (run only; empty: none)
+    # ``reconcile``: Azure Resource Graph (ingest/reconcile.py). Subscription ids (GUIDs) to read, seconds between
+    # passes, the ARM endpoint (the cloud; plain http for a loopback test server only), the identity
+    # (default: DefaultAzureCredential; managed_identity: ManagedIdentityCredential alone), a user-assigned
+    # identity's client id, and how many days of Resource Health annotation changes to read (ARG keeps 14).
+    reconcile_subscriptions: tuple[str, ...] = ()
+    reconcile_interval: float = 900.0
+    reconcile_arm_endpoint: str = "https://management.azure.com"
+    reconcile_credential: str = "default"
+    reconcile_client_id: str = ""
+    reconcile_annotation_days: int = 14
 
     @property
     def target(self) -> Target:
@@ -129,7 +142,53 @@ def validate(s: IngestSettings) -> list[str]:
     if s.log_level not in LOG_LEVELS:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
     problems += host_port_problems("metrics_addr", s.metrics_addr)
+    problems += reconcile_problems(s)
     return problems
+
+
+RECONCILE_CREDENTIALS: Final = ("default", "managed_identity")
+_GUID: Final = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def reconcile_problems(s: IngestSettings) -> list[str]:
+    """The reconcile settings' problems (``reconcile`` itself also needs at least one subscription)."""
+    problems = [
+        f"reconcile_subscriptions: {sub!r} is not a subscription id (a GUID)"
+        for sub in s.reconcile_subscriptions
+        if not _GUID.match(sub)
+    ]
+    if not (math.isfinite(s.reconcile_interval) and s.reconcile_interval > 0):
+        problems.append("reconcile_interval must be a positive number of seconds")
+    if not 1 <= s.reconcile_annotation_days <= 14:
+        problems.append("reconcile_annotation_days must be 1 to 14 (HealthResourceChanges keeps 14 days)")
+    problems += one_of("reconcile_credential", s.reconcile_credential, RECONCILE_CREDENTIALS)
+    problems += arm_endpoint_problems(s.reconcile_arm_endpoint)
+    return problems
+
+
+def arm_endpoint_problems(url: str) -> list[str]:
+    """An ARM endpoint is https (any cloud), or plain http on a loopback address (a test server) only."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    if parsed.scheme == "https" and host:
+        return []
+    if parsed.scheme == "http" and host and _loopback(host):
+        return []
+    if parsed.scheme == "http" and host:
+        return [
+            f"reconcile_arm_endpoint {url}: plain http is accepted for loopback addresses only (127.0.0.0/8, ::1, "
+            "localhost: a test server); Azure Resource Manager is https, e.g. https://management.azure.com"
+        ]
+    return [f"reconcile_arm_endpoint {url!r}: expected an https URL such as https://management.azure.com"]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def balance_problems(interval: float, expiry: float) -> list[str]:
