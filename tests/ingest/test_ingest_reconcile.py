@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -424,4 +425,29 @@ def test_a_reconcile_killed_mid_way_and_run_again_stores_everything_once(tmp_pat
             "azure_scheduled_events_final": 8,
         }
     finally:
+        fake.close()
+
+
+@pytest.mark.slow
+def test_the_periodic_worker_passes_every_interval_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """Without --once a pass runs every --interval; SIGTERM stops the worker between passes with exit 0."""
+    fake = FakeArg({"Resources": [arg_vm(i) for i in range(5)]}).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "IDENTITY_", "MSI_"))}
+    env.update(fake.identity_env)
+    args = [*CLI, "reconcile", "--subscription", SUB_A, "--interval", "0.5", "--arm-endpoint", fake.url]
+    worker = subprocess.Popen(
+        [*args, "--clickhouse", f"chdb://{tmp_path / 'ch'}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(fake.arg_requests()) < 8 and time.monotonic() < deadline:  # two passes of four queries
+            time.sleep(0.1)
+        assert len(fake.arg_requests()) >= 8
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+        assert worker.returncode == 0, err
+        assert b"reconcile stopped" in err and err.count(b"reconciled 5 VMs") >= 2
+    finally:
+        if worker.poll() is None:
+            worker.kill()
         fake.close()
