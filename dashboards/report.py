@@ -30,15 +30,23 @@ log = logging.getLogger(__name__)
 
 LANES = queries.Query(
     "report_lanes",
-    "Per affected VM: when each event of a window was Scheduled and Started on it, and its set",
+    "Per affected VM: when each event of a window was Scheduled and Started on it, its set, and how its downtime "
+    "was detected",
     """
 SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name, v.fault_domain AS fault_domain,
        v.fault_set AS fault_set, v.fault_set_id AS fault_set_id, v.first_seen_at AS first_seen_at,
        v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
-       v.observed_impact_s AS observed_impact_s
+       v.observed_impact_s AS observed_impact_s, d.detected_by AS detected_by
 FROM """
     + queries.scoped(queries.WINDOW_IDS, rows_after=queries.WINDOW_ROWS_AFTER)
     + """ AS v
+LEFT JOIN (
+    -- how each VM measured its downtime for the event (pause, reboot); none began a day before the window
+    SELECT event_id, vm_id, arrayStringConcat(arraySort(groupUniqArray(detected_by)), ', ') AS detected_by
+    FROM impacts FINAL
+    WHERE event_id != '' AND began_at >= {since:DateTime64(3, 'UTC')} - INTERVAL 1 DAY
+    GROUP BY event_id, vm_id
+) AS d ON d.event_id = v.event_id AND d.vm_id = v.vm_id
 WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
     + queries.since(queries.WINDOW_IDS, rows_after=queries.WINDOW_ROWS_AFTER)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from html import escape
-from statistics import mean
+from statistics import mean, median
 from typing import Any
 
 from dashboards import svg
@@ -24,9 +25,13 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28
 table { border-collapse: collapse; font-size: 12px; margin-top: 8px; }
 th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; } td.num { text-align: right; }
-svg.chart { display: block; max-width: 100%; height: auto; margin-top: 8px; }
+.plot svg { display: block; width: 100%; overflow: visible; }
+.axis-top { position: sticky; top: 0; z-index: 1; background: #fff; border-bottom: 1px solid #ccc; margin-top: 0; }
+details.fold > summary, td details > summary { cursor: pointer; color: #1f60c4; margin: 6px 0; }
+table.detail { margin: 4px 0; } table.detail td:last-child { text-align: right; }
 .scope { font-size: 14px; margin: 8px 0; }
 """
+STYLE += f".plot {{ padding: 0 {svg.RIGHT_W}px 0 {svg.LABEL_W}px; margin-top: 8px; }}\n"
 
 
 def _time(value: Any) -> str:
@@ -44,15 +49,16 @@ def _short(event_id: str) -> str:
 def lanes_of(data: ReportData) -> list[svg.Lane]:
     """One lane per event and fault domain of each set, its VMs together (a fleet of thousands stays readable):
     Scheduled from the first VM that saw it until it started, Started until the last VM saw it gone, the
-    announced NotBefore and the approval marked. The worst first: the longest measured downtime, then the most VMs.
+    announced NotBefore and the approval marked. Grouped by set and fault domain (by set label, then domain
+    number), each group's lanes in time order: first seen, then started.
     """
     groups: dict[tuple[str, str, Any], list[dict[str, Any]]] = {}
     for row in data.lanes:
         groups.setdefault((row["event_id"], row["fault_set_id"], row["fault_domain"]), []).append(row)
     events = {e["event_id"]: e for e in data.events}
     end = data.filters.until
-    ranked = []
-    for (event_id, _, _), rows in groups.items():
+    ordered = []
+    for (event_id, set_id, fd), rows in groups.items():
         first = min((r["first_seen_at"] for r in rows if r["first_seen_at"] is not None), default=None)
         started = min((r["started_at"] for r in rows if r["started_at"] is not None), default=None)
         ended = None if any(r["ended_at"] is None for r in rows) else max(r["ended_at"] for r in rows)
@@ -72,10 +78,12 @@ def lanes_of(data: ReportData) -> list[svg.Lane]:
         down = max((r["observed_impact_s"] for r in rows if r.get("observed_impact_s") is not None), default=None)
         shown = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
         detail = f"{len(names)} VMs: {shown}" + ("" if down is None else f"; longest downtime {down:g} s")
-        label = f"{domain_label(rows[0])} / {rows[0]['event_type']} {_short(event_id)} ({len(names)} VMs)"
-        lane = svg.Lane(label, tuple(segments), markers, detail)
-        ranked.append(((-(down or 0.0), -len(names), first or end, label), lane))
-    return [lane for _, lane in sorted(ranked, key=lambda r: r[0])]
+        group = domain_label(rows[0])
+        short = f"{rows[0]['event_type']} {_short(event_id)} ({len(names)} VMs)"
+        lane = svg.Lane(f"{group} / {short}", tuple(segments), markers, detail, group, short)
+        where = (rows[0]["fault_set"], set_id, fd is None, fd or 0)
+        ordered.append((where, (first or started or end, started or end, event_id), lane))
+    return [lane for _, _, lane in sorted(ordered, key=lambda r: (r[0], r[1]))]
 
 
 def scope(data: ReportData) -> str:
@@ -91,7 +99,7 @@ def scope(data: ReportData) -> str:
     )
 
 
-def _span(data: ReportData) -> tuple[datetime, datetime]:
+def time_span(data: ReportData) -> tuple[datetime, datetime]:
     moments = [m for row in data.lanes for m in (row["first_seen_at"], row["ended_at"]) if m is not None]
     moments += [e["first_seen_at"] for e in data.events if e["first_seen_at"] is not None]
     if not moments:
@@ -121,23 +129,124 @@ def impact_by_fault_domain(data: ReportData) -> list[tuple[str, Sequence[float |
     ]
 
 
-def _downtime_table(data: ReportData) -> str:
-    """One row per VM that measured downtime: for an event (from its lane) or with none announcing it."""
+DETAIL_ROWS = 100  # a table longer than this is summarised, its rows one click away (<details>)
+PER_EVENT_BARS = 40  # a per-event chart of more events than this is folded likewise, under a one-line summary
+
+
+def _fold(content: str, rows: int, summary: str, *, limit: int = DETAIL_ROWS) -> str:
+    """``content`` as it is, or folded under ``summary`` when it has more than ``limit`` rows."""
+    if rows <= limit:
+        return content
+    return f'<details class="fold"><summary>{escape(summary)}</summary>{content}</details>'
+
+
+def _counts(values: Sequence[str]) -> str:
+    """``pause 120, reboot 3``: how often each value occurs, the most frequent first."""
+    tally: dict[str, int] = {}
+    for value in values:
+        tally[value] = tally.get(value, 0) + 1
+    return ", ".join(f"{v} {n}" for v, n in sorted(tally.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _unannounced_domain(row: dict[str, Any]) -> str:
+    """A downtime no event announced has no event's set: its scale set's domain, else its domain alone."""
+    if row.get("fault_domain") is None:
+        return row.get("scale_set") or ""
+    return f"{row['scale_set']} / FD {row['fault_domain']}" if row.get("scale_set") else f"FD {row['fault_domain']}"
+
+
+def _downtime_rows(data: ReportData) -> list[tuple[str, str, str, str, float]]:
+    """(VM, event, fault domain, detected by, seconds) per VM that measured downtime, for an event (from its lane)
+    or with none announcing it."""
     rows = [
-        (lane["vm_name"], _event_label(lane), None, lane["observed_impact_s"])
+        (
+            lane["vm_name"],
+            _event_label(lane),
+            domain_label(lane),
+            lane.get("detected_by") or "",
+            lane["observed_impact_s"],
+        )
         for lane in data.lanes
         if lane.get("observed_impact_s") is not None
     ]
-    rows += [(d["vm_name"], "none announced", d["detected_by"], d["duration_s"]) for d in data.unannounced]
-    rows.sort(key=lambda r: (r[0], r[1]))
-    body = "".join(
-        f"<tr><td>{escape(vm)}</td><td>{escape(event)}</td><td>{escape(how or '')}</td>"
-        f'<td class="num">{escape(_num(seconds))}</td></tr>'
-        for vm, event, how, seconds in rows
-    )
-    body = body or '<tr><td colspan="4">no downtime measured</td></tr>'
+    rows += [
+        (
+            d["vm_name"],
+            "none announced",
+            _unannounced_domain(d),
+            d["detected_by"] or "",
+            d["duration_s"],
+        )
+        for d in data.unannounced
+    ]
+    return rows
+
+
+def _natural(name: str) -> tuple[Any, ...]:
+    """web-2 before web-10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def _downtime_table(data: ReportData) -> str:
+    """One row per VM that measured downtime. Beyond DETAIL_ROWS: one row per fault domain of each set (events,
+    VMs hit, how the downtime was detected, mean and max), then one per event with its VMs' rows folded in it (the
+    events' rows themselves folded beyond DETAIL_ROWS events)."""
+    rows = _downtime_rows(data)
     head = "<th>VM</th><th>Event</th><th>Detected by</th><th>Downtime s</th>"
-    return f'<table id="downtime"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    if len(rows) <= DETAIL_ROWS:
+        rows.sort(key=lambda r: (_natural(r[0]), r[1]))
+        body = "".join(
+            f"<tr><td>{escape(vm)}</td><td>{escape(event)}</td><td>{escape(how)}</td>"
+            f'<td class="num">{escape(_num(seconds))}</td></tr>'
+            for vm, event, _, how, seconds in rows
+        )
+        body = body or '<tr><td colspan="4">no downtime measured</td></tr>'
+        return f'<table id="downtime"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    per_domain: dict[str, list[tuple[str, str, str, str, float]]] = {}
+    per_event: dict[str, list[tuple[str, str, str, str, float]]] = {}
+    for row in rows:
+        per_domain.setdefault(row[2] or "no fault domain", []).append(row)
+        per_event.setdefault(row[1], []).append(row)
+
+    def figures(hit: list[tuple[str, str, str, str, float]]) -> str:
+        seconds = [r[4] for r in hit]
+        return (
+            f'<td class="num">{len({r[0] for r in hit})}</td><td>{escape(_counts([r[3] or "not said" for r in hit]))}'
+            f'</td><td class="num">{mean(seconds):.3g}</td><td class="num">{max(seconds):g}</td>'
+        )
+
+    domains = "".join(
+        f'<tr><td>{escape(label)}</td><td class="num">{len({r[1] for r in hit})}</td>{figures(hit)}</tr>'
+        for label, hit in sorted(per_domain.items(), key=lambda kv: _natural(kv[0]))
+    )
+    first_seen = {_event_label(e): e["first_seen_at"] for e in data.events if e.get("first_seen_at") is not None}
+    late = data.filters.until
+    order = sorted(per_event, key=lambda label: (label == "none announced", first_seen.get(label, late), label))
+    summary = []
+    for label in order:
+        hit = sorted(per_event[label], key=lambda r: (_natural(r[2]), _natural(r[0])))
+        detail = "".join(
+            f"<tr><td>{escape(vm)}<td>{escape(fd)}<td>{escape(how)}<td>{escape(_num(s))}"  # end tags implied: smaller
+            for vm, _, fd, how, s in hit
+        )
+        summary.append(
+            f"<tr><td>{escape(label)}</td><td>{escape(', '.join(sorted({r[2] for r in hit if r[2]}, key=_natural)))}"
+            f'</td>{figures(hit)}<td><details><summary>{len(hit)} VMs</summary><table class="detail"><thead><tr>'
+            "<th>VM</th><th>Fault domain</th><th>Detected by</th><th>Downtime s</th></tr></thead>"
+            f"<tbody>{detail}</tbody></table></details></td></tr>"
+        )
+    figures_head = "<th>VMs hit</th><th>Detected by</th><th>Mean s</th><th>Max s</th>"
+    events_table = (
+        f'<table id="downtime-events"><thead><tr><th>Event</th><th>Fault domains</th>{figures_head}'
+        f"<th>Per VM (click)</th></tr></thead><tbody>{''.join(summary)}</tbody></table>"
+    )
+    return (
+        f'<p class="meta">{len(rows):,} downtimes measured on VMs: per fault domain of each set, then per event with '
+        "its VMs one click away.</p>"
+        f'<table id="downtime-summary"><thead><tr><th>Fault domain</th><th>Events</th>{figures_head}</tr></thead>'
+        f"<tbody>{domains}</tbody></table>"
+        + _fold(events_table, len(summary), f"Per event: {len(summary)} events, each with its VMs (click)")
+    )
 
 
 def released_by(event: dict[str, Any], approvals: list[dict[str, Any]]) -> str:
@@ -172,7 +281,14 @@ def _approvals_table(data: ReportData) -> str:
         f"<th>{t}</th>"
         for t in ("Event", "Type", "Approved by", "Rule", "Hook exit", "Hook s", "HTTP", "Notice saved s")
     )
-    return f'<table id="approvals"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    table = f'<table id="approvals"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    if len(rows) <= DETAIL_ROWS:
+        return table
+    events = len({a["event_id"] for a in data.approvals})
+    rules = _counts([a["rule"] or "no rule" for a in data.approvals])
+    return f'<p class="meta">{len(rows)} approvals on {events} events; rules: {escape(rules)}.</p>' + _fold(
+        table, len(rows), f"All {len(rows)} approvals, one row each (click)"
+    )
 
 
 def _event_label(event: dict[str, Any]) -> str:
@@ -192,6 +308,18 @@ def _is_bound(event: dict[str, Any], key: str) -> bool:
     return key in BOUNDS and event.get(BOUNDS[key][0]) == BOUNDS[key][1]
 
 
+NOT_ANNOUNCED = "—"
+
+
+def _not_announced(value: Any) -> bool:
+    return isinstance(value, int | float) and value < 0
+
+
+def _announced(value: Any) -> str:
+    """DurationInSeconds as announced; -1 is IMDS's "not given" (Reboot, Redeploy), never a duration."""
+    return NOT_ANNOUNCED if _not_announced(value) else _num(value)
+
+
 def _table(events: list[dict[str, Any]]) -> str:
     columns = (
         ("EventId", "event_id", str),
@@ -206,7 +334,7 @@ def _table(events: list[dict[str, Any]]) -> str:
         ("Ended", "ended_at", _time),
         ("Approval s", "approval_latency_s", _num),
         ("Notice s", "notice_s", _num),
-        ("Announced s", "duration_s", _num),
+        ("Announced s", "duration_s", _announced),
         ("Observed impact s", "observed_impact_s", _num),
         ("Started to gone s", "started_to_gone_s", _num),
         ("VMs", "affected_vm_count", _num),
@@ -222,21 +350,43 @@ def _table(events: list[dict[str, Any]]) -> str:
             text = "" if value is None else show(value)
             if text and _is_bound(event, key):
                 text = f"<= {text}"
-            cls = ' class="num"' if show is _num else ""
+            cls = ' class="num"' if show in (_num, _announced) else ""
             cells.append(f"<td{cls}>{escape(text)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     body = "".join(rows) or f'<tr><td colspan="{len(columns)}">no events</td></tr>'
-    note = f'<p class="scope">{escape(BOUND_NOTE)}</p>' if any(_is_bound(e, k) for e in events for k in BOUNDS) else ""
-    return f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}'
+    notes = [BOUND_NOTE] if any(_is_bound(e, k) for e in events for k in BOUNDS) else []
+    if any(_not_announced(e.get("duration_s")) for e in events):
+        notes.append(f"{NOT_ANNOUNCED} under Announced s: the event gave no DurationInSeconds (IMDS sends -1).")
+    table = f'<table id="events"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    if len(events) > DETAIL_ROWS:
+        kinds = _counts([f"{e['event_type']} {outcome(e['outcome'])}" for e in events])
+        table = f'<p class="meta">{len(events)} events: {escape(kinds)}.</p>' + _fold(
+            table, len(events), f"All {len(events)} events, one row each (click)"
+        )
+    return table + "".join(f'<p class="scope">{escape(n)}</p>' for n in notes)
+
+
+def _per_event_chart(title: str, items: Sequence[tuple[str, Sequence[float | None]]], series: tuple[str, str]) -> str:
+    """A chart of one bar group per event, folded under its series' medians and maxima beyond PER_EVENT_BARS."""
+    chart = svg.bars(title, items, series)
+    if len(items) <= PER_EVENT_BARS:
+        return chart
+    parts = []
+    for index, name in enumerate(series):
+        values = [value for _, v in items if (value := v[index]) is not None]
+        if values:
+            parts.append(f"{name} median {median(values):g} s, max {max(values):g} s")
+    said = "; ".join(parts) or "no values"
+    return _fold(chart, len(items), f"{len(items)} events: {said}. The chart, one bar group per event (click)", limit=0)
 
 
 def render(data: ReportData, *, generated_at: datetime) -> str:
     """The whole page as one HTML string."""
     events = [{**e, "released": released_by(e, data.approvals)} for e in data.events]
-    start, end = _span(data)
+    start, end = time_span(data)
     approval = [(_event_label(e), [e["approval_latency_s"], e["notice_s"]]) for e in events if e["started_at"]]
     announced = [
-        (_event_label(e), [e["duration_s"] if (e["duration_s"] or -1) >= 0 else None, e["observed_impact_s"]])
+        (_event_label(e), [None if _not_announced(e["duration_s"]) else e["duration_s"], e["observed_impact_s"]])
         for e in events
         if e["observed_impact_s"] is not None
     ]
@@ -246,8 +396,10 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
     vms = len({r["vm_name"] for r in data.lanes})
     cards = [("events", len(events)), ("VMs affected", vms), *sorted((outcome(o), n) for o, n in outcomes.items())]
     card_html = "".join(f'<div class="card"><b>{n}</b>{escape(label)}</div>' for label, n in cards)
+    lanes = lanes_of(data)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         "<title>sevents incident report</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>Azure Scheduled Events: incident report</h1>"
@@ -255,14 +407,14 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         "by sevents. Times are UTC; precision is one collector poll.</p>"
         f'<p class="scope">{escape(scope(data))}</p>'
         f'<div class="cards">{card_html}</div>'
-        "<h2>Timeline (per event and fault domain of each set, the worst first)</h2>"
-        '<p class="meta">Hover a lane for its VMs. Marks: NotBefore as announced (dashed), the approval '
-        "(triangle).</p>"
-        f"{svg.timeline(lanes_of(data), start, end)}"
+        "<h2>Timeline (per event and fault domain of each set, grouped by set and fault domain, in time order)</h2>"
+        f'<p class="meta">{len(lanes)} lanes. Hover a lane for its VMs. The time axis stays at the top while the '
+        "lanes scroll by. Marks: NotBefore as announced (dashed), the approval (triangle).</p>"
+        f"{svg.timeline(lanes, start, end)}"
         "<h2>Approval latency and notice per event</h2>"
         '<p class="meta">Approval: first seen to approved (started before NotBefore). Notice: first seen to '
         "Started.</p>"
-        f"{svg.bars('Approval latency and notice', approval, ('approval', 'notice'))}"
+        f"{_per_event_chart('Approval latency and notice', approval, ('approval', 'notice'))}"
         "<h2>Approvals sevents made</h2>"
         '<p class="meta">Each event a collector\'s approval policy approved: the approving VM, the rule that made '
         "it the approver, its pre-approval hook, the POST's HTTP status, and the notice saved (NotBefore minus the "
@@ -274,7 +426,9 @@ def render(data: ReportData, *, generated_at: datetime) -> str:
         "common prefix of their names.</p>"
         f"{svg.bars('Observed impact per fault domain of each set', impact_by_fault_domain(data), ('mean', 'max'))}"
         "<h2>Announced DurationInSeconds versus observed impact</h2>"
-        f"{svg.bars('Announced versus observed', announced, ('announced', 'observed'))}"
+        '<p class="meta">An event that announced no duration (DurationInSeconds -1: Reboot, Redeploy) has no '
+        "announced bar.</p>"
+        f"{_per_event_chart('Announced versus observed', announced, ('announced', 'observed'))}"
         f"<h2>Downtime per VM</h2>{_downtime_table(data)}"
         f"<h2>Events</h2>{_table(events)}"
         "</body></html>\n"

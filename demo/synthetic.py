@@ -148,15 +148,19 @@ def stream(count: int, *, vms: int = 100) -> Iterator[dict[str, Any]]:
 
 def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> ReportData:
     """Report data of a fleet: half the VMs in availability set web, half in api, three fault domains each, every
-    event reaching every VM of one set (alternately), each VM down 5-11 s."""
+    event reaching every VM of one set (alternately), each VM down 5-11 s. Events are Freezes (announcing 7 s, a
+    pause detected) but every third a Reboot and every fifth a Redeploy (announcing no duration: -1, detected as
+    a reboot)."""
     event_rows, lanes = [], []
     for e in range(events):
         event_id = f"{e:04d}EEEE-{e}"
+        event_type = "Redeploy" if e % 5 == 4 else "Reboot" if e % 3 == 2 else "Freeze"
+        announced, detected_by = (7, "pause") if event_type == "Freeze" else (-1, "reboot")
         first, started = start + timedelta(minutes=10 * e), start + timedelta(minutes=10 * e + 2)
         event_rows.append(
             {
                 "event_id": event_id,
-                "event_type": "Freeze",
+                "event_type": event_type,
                 "event_source": "Platform",
                 "outcome": "completed",
                 "first_seen_at": first,
@@ -166,7 +170,7 @@ def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> Repor
                 "ended_at": started + timedelta(minutes=5),
                 "approval_latency_s": 120.0,
                 "notice_s": 120.0,
-                "duration_s": 7,
+                "duration_s": announced,
                 "started_to_gone_s": 300.0,
                 "observed_impact_s": 11.0,
                 "impacted_vms": vms // 2,
@@ -185,7 +189,7 @@ def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> Repor
             lanes.append(
                 {
                     "event_id": event_id,
-                    "event_type": "Freeze",
+                    "event_type": event_type,
                     "vm_name": f"{group}-{v}",
                     "fault_domain": v % 3,
                     "fault_set": group,
@@ -195,6 +199,7 @@ def fleet_report(vms: int, *, events: int, start: datetime = BASE_TIME) -> Repor
                     "ended_at": started + timedelta(minutes=5),
                     "outcome": "completed",
                     "observed_impact_s": 5.0 + v % 7,
+                    "detected_by": detected_by,
                 }
             )
     window = Filters(since=start - timedelta(hours=1), until=start + timedelta(minutes=10 * events + 60))

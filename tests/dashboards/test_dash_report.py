@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dashboards import svg
 from dashboards.report import Filters, ReportData, main, parse_moment, select
 from dashboards.report_html import impact_by_fault_domain, lanes_of, render
 from demo.synthetic import fleet_report
@@ -58,7 +59,13 @@ def _event(event_id: str, event_type: str, **extra: Any) -> dict[str, Any]:
 
 
 def _lane(
-    event_id: str, vm: str, fd: int, started: bool = True, down_s: float | None = None, fault_set: str = "web"
+    event_id: str,
+    vm: str,
+    fd: int,
+    started: bool = True,
+    down_s: float | None = None,
+    fault_set: str = "web",
+    first: datetime = T0,
 ) -> dict[str, Any]:
     return {
         "event_id": event_id,
@@ -67,11 +74,12 @@ def _lane(
         "fault_domain": fd,
         "fault_set": fault_set,
         "fault_set_id": f"id-of-{fault_set}",
-        "first_seen_at": T0,
-        "started_at": T0 + timedelta(minutes=2) if started else None,
-        "ended_at": T0 + timedelta(minutes=3),
+        "first_seen_at": first,
+        "started_at": first + timedelta(minutes=2) if started else None,
+        "ended_at": first + timedelta(minutes=3),
         "outcome": "completed" if started else "cancelled",
         "observed_impact_s": down_s,
+        "detected_by": "" if down_s is None else "pause",
     }
 
 
@@ -142,7 +150,7 @@ def test_render_shows_the_downtime_of_each_vm() -> None:
     table = page[page.index('<table id="downtime">') :]
     table = table[: table.index("</table>")]
     assert table.count("<tr>") == 4  # the head, vm-0, vm-3 and vm-9; vm-5 was not hit
-    assert "vm-0</td><td>Reboot AAAA-1" in table and '<td class="num">7.5</td>' in table
+    assert "vm-0</td><td>Reboot AAAA-1</td><td>pause</td>" in table and '<td class="num">7.5</td>' in table
     assert "vm-9</td><td>none announced</td><td>pause</td>" in table and '<td class="num">3.25</td>' in table
 
 
@@ -154,19 +162,80 @@ def test_impact_by_fault_domain_keeps_sets_apart() -> None:
     assert "api / FD 0 / Reboot CCCC-3 (1 VMs)" in render(data, generated_at=T0)
 
 
-def test_lanes_group_the_vms_of_each_event_and_domain_worst_first() -> None:
-    """One lane per event and fault domain of its set with its VMs on hover, the longest downtime first, the
+def test_lanes_group_the_vms_of_each_event_and_domain_by_set_and_domain_in_time_order() -> None:
+    """One lane per event and fault domain of its set with its VMs on hover, under a heading per set and fault
+    domain (set label, then domain number), each group's lanes in time order whatever their downtime; the
     announced NotBefore and the approval marked; a scope line says what the report covers."""
     lanes = lanes_of(_data())
     assert [lane.label for lane in lanes] == [
         "web / FD 0 / Reboot AAAA-1 (3 VMs)",
         "web / FD 1 / Reboot BBBB-2 (1 VMs)",
     ]
+    assert [(lane.group, lane.short) for lane in lanes] == [
+        ("web / FD 0", "Reboot AAAA-1 (3 VMs)"),
+        ("web / FD 1", "Reboot BBBB-2 (1 VMs)"),
+    ]
     assert lanes[0].detail == "3 VMs: vm-0, vm-3, vm-5; longest downtime 7.5 s"
     assert [m.kind for m in lanes[0].markers] == ["NotBefore", "approved"]
     page = render(_data(), generated_at=T0)
     assert "2 events reaching 4 VMs in 1 sets and 2 fault domains; longest downtime measured on a VM 7.5 s" in page
     assert "time (UTC), 2026-11-21" in page and 'class="mark"' in page
+    # the worst downtime came last: still in time order, after the sets and domains
+    data = _data()
+    later, earlier = T0 + timedelta(hours=1), T0 - timedelta(hours=1)
+    data.lanes.extend(
+        [
+            _lane("LATE-3", "vm-7", 0, down_s=99.0, first=later),
+            _lane("EARLY-4", "vm-8", 0, down_s=1.0, first=earlier),
+            _lane("API-5", "api-1", 2, down_s=5.0, fault_set="api", first=later),
+        ]
+    )
+    assert [lane.label for lane in lanes_of(data)] == [
+        "api / FD 2 / Reboot API-5 (1 VMs)",
+        "web / FD 0 / Reboot EARLY-4 (1 VMs)",
+        "web / FD 0 / Reboot AAAA-1 (3 VMs)",
+        "web / FD 0 / Reboot LATE-3 (1 VMs)",
+        "web / FD 1 / Reboot BBBB-2 (1 VMs)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("span", "step"),
+    [
+        (timedelta(seconds=7), 1),
+        (timedelta(seconds=90), 10),
+        (timedelta(minutes=3, seconds=7), 30),
+        (timedelta(minutes=40), 300),
+        (timedelta(minutes=41), 300),
+        (timedelta(hours=2), 900),
+        (timedelta(hours=9), 3600),
+        (timedelta(hours=35), 6 * 3600),
+        (timedelta(days=4), 12 * 3600),
+        (timedelta(days=9), 86400),
+        (timedelta(days=40), 4 * 86400),
+    ],
+)
+def test_time_ticks_are_round(span: timedelta, step: int) -> None:
+    """Ticks every 1/2/5/10/15/30 s, 1/2/5/10/15/30 min, 1/2/3/6/12 h or whole days (at most 10), on the step's
+    multiples since midnight UTC: never at the span's odd start (11:54:09)."""
+    odd = datetime(2026, 11, 21, 11, 54, 9, 431000, tzinfo=UTC)
+    assert svg.tick_step(span.total_seconds()) == step
+    got_step, marks = svg.ticks(odd, odd + span)
+    assert got_step == step and 2 <= len(marks) <= 11
+    assert all(m.microsecond == 0 and int(m.timestamp()) % step == 0 for m in marks)
+    assert odd <= marks[0] < odd + timedelta(seconds=step) and marks[-1] <= odd + span
+    labels = [svg.tick_label(m, step, same_day=False) for m in marks]
+    assert not any(label.endswith(":09") for label in labels), labels
+
+
+def test_announced_duration_never_shows_minus_one() -> None:
+    """DurationInSeconds -1 (Reboot, Redeploy) means none was given: the table says so and the chart draws no bar."""
+    data = _data()
+    data.events[0]["duration_s"] = -1
+    html = render(data, generated_at=T0)
+    assert _cells(html, "AAAA-1")["Announced s"] == "—" and _cells(html, "BBBB-2")["Announced s"] == "7"
+    assert ">-1<" not in html and "gave no DurationInSeconds" in html
+    assert "announced: -1" not in html
 
 
 def test_a_report_of_2000_vms_has_a_lane_per_event_and_domain() -> None:
@@ -279,6 +348,11 @@ def test_report_from_the_pipeline(seeded: Seeded, tmp_path: Path) -> None:
     )
     # FD 0 of web and FD 0 of api were both hit: two bars, and the filters pick one domain of one set
     assert "web / FD 0" in html and "api / FD 0" in html
+    # every downtime a VM measured for an event says how it was detected (impacts.detected_by: pause, reboot)
+    downtime = html[html.index('<table id="downtime">') : html.index("<h2>Events</h2>")]
+    rows = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td><td>([^<]*)</td><td class=\"num\">", downtime)
+    for_events = [(vm, event, how) for vm, event, how in rows if event != "none announced"]
+    assert for_events and all(how in ("pause", "reboot", "pause, reboot") for _, _, how in for_events), rows
     api = _report(seeded, tmp_path / "api.html", "--fault-set", "api", "--fault-domain", "0")
     assert re.findall(r"<tr><td>([0-9A-F-]{36})</td>", api) == [
         e for e, t in truth.items() if seeded.groups[t["vm_name"]] == "api"
