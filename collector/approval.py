@@ -6,15 +6,23 @@ that passes them all is *covered*: this VM runs its pre-approval hook (each VM d
 approver sends the approval: with ``approver = "first-in-resources"`` (the documented leader election) only
 the VM named first in Resources, with ``"self"`` every affected VM (hosts where each VM must approve for
 itself, the simulator's ``approval = "each"``). ``decide`` imports no I/O; ``collector.approver`` acts on it.
+
+Two things are decided apart from those rules. With ``approve_user_initiated`` a Reboot or Redeploy a user
+started (EventSource User) is approved at once by every VM it names, with no hook and whatever the windows say:
+polling turned Scheduled Events on, and without an approval the user's own reboot would wait up to NotBefore.
+Maintenance ``windows`` (UTC) are the last rule: outside them the policy leaves the event to the platform.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from collector.model import Event
+from collector.windows import Window, parse_window, within
 
 SECTION: Final = "approval"
 APPROVERS: Final = ("first-in-resources", "self")
@@ -24,12 +32,18 @@ APPROVABLE_TYPES: Final = ("Reboot", "Redeploy", "Freeze", "Preempt", "Terminate
 
 # The rules, in the order they are checked; the first that fails is the decision's rule.
 RULES: Final = (
+    "in_resources",  # only when this VM is in Resources (the others' events get no record at all)
     "scheduled",  # only a Scheduled event can be approved (Started: too late; anything else: not ours)
-    "in_resources",  # only when this VM is in Resources
     "event_type",  # the type is in event_types
     "source",  # EventSource is in sources (an absent EventSource, api-versions before 2020-07-01, passes)
     "duration",  # DurationInSeconds is known and at most max_duration_s (unset: any)
+    "window",  # now (UTC) is in one of the maintenance windows (none set: any time)
 )
+# With approve_user_initiated, checked after in_resources and before the others: a user's own Reboot or Redeploy.
+USER_INITIATED: Final = "user_initiated"
+USER_INITIATED_TYPES: Final = ("Reboot", "Redeploy")  # a user's Terminate keeps its notice: never cut short
+OUTPUT_CAP: Final = 2**20  # hook_output_bytes at most
+_ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 ACT: Final = "act"  # covered and this VM is the approver: run the pre-hook, then approve
 DRAIN_ONLY: Final = "drain_only"  # covered, another VM approves: run the pre-hook only
@@ -48,6 +62,18 @@ class ApprovalPolicy:
     post_hook: tuple[str, ...] = ()
     hook_timeout_s: float = 300.0
     approver: str = "first-in-resources"
+    approve_user_initiated: bool = False  # a user's Reboot/Redeploy approved at once (no hook, any time)
+    windows: tuple[Window, ...] = ()  # maintenance windows, UTC; none: any time
+    dry_run: bool = False  # decide and record everything, POST nothing
+    dry_run_hooks: bool = False  # in a dry run, run the hooks all the same
+    hook_env: tuple[str, ...] = ()  # names of the collector's environment passed on to hooks (besides the usual)
+    hook_output_bytes: int = 4096  # the tail of a hook's output kept
+    log_hook_output: bool = False  # that tail goes to the log (otherwise only its size)
+
+    @property
+    def runs_hooks(self) -> bool:
+        """Whether covered events run their hooks (a dry run only when asked)."""
+        return not self.dry_run or self.dry_run_hooks
 
 
 @dataclass(frozen=True)
@@ -57,13 +83,17 @@ class Decision:
     action: str
     rule: str
     approver: str  # the VM expected to approve ("" when nobody will)
+    hooks: bool = True  # False: approved without the pre- and post-hooks (a user-initiated event)
 
 
-def decide(policy: ApprovalPolicy, event: Event, vm_name: str) -> Decision:
-    """The decision of VM ``vm_name`` about ``event`` under ``policy``; never ACT for an event not covered."""
+def decide(policy: ApprovalPolicy, event: Event, vm_name: str, now: datetime) -> Decision:
+    """The decision of VM ``vm_name`` about ``event`` under ``policy`` at ``now``; never ACT for an event not
+    covered."""
     if not policy.enabled:
         return Decision(SKIP, "policy_off", "")
-    failed = _first_failed(policy, event, vm_name)
+    failed = _first_failed(policy, event, vm_name, now)
+    if failed == USER_INITIATED:
+        return Decision(ACT, USER_INITIATED, vm_name, hooks=False)
     if failed:
         return Decision(SKIP, failed, "")
     if policy.approver == "self":
@@ -74,11 +104,19 @@ def decide(policy: ApprovalPolicy, event: Event, vm_name: str) -> Decision:
     return Decision(DRAIN_ONLY, "first-in-resources", first)
 
 
-def _first_failed(policy: ApprovalPolicy, event: Event, vm_name: str) -> str:
-    if event.status != "Scheduled":
-        return "scheduled"
+def in_window(policy: ApprovalPolicy, now: datetime) -> bool:
+    """Whether ``now`` is in one of the policy's maintenance windows (none set: always)."""
+    return within(policy.windows, now)
+
+
+def _first_failed(policy: ApprovalPolicy, event: Event, vm_name: str, now: datetime) -> str:
+    """The first rule ``event`` fails ("" none), or USER_INITIATED when the preset approves it."""
     if not any(_same_vm(r, vm_name) for r in event.resources):
-        return "in_resources"
+        return "in_resources"  # first: another VM's event is not ours to judge, whatever its status
+    if event.status != "Scheduled":
+        return "scheduled"  # Started already (approved, by Azure's own policy too, or at NotBefore): never again
+    if policy.approve_user_initiated and event.event_source == "User" and event.event_type in USER_INITIATED_TYPES:
+        return USER_INITIATED
     if event.event_type not in policy.event_types:
         return "event_type"
     if event.event_source is not None and event.event_source not in policy.sources:
@@ -86,6 +124,8 @@ def _first_failed(policy: ApprovalPolicy, event: Event, vm_name: str) -> str:
     limit = policy.max_duration_s
     if limit is not None and (event.duration_s is None or not 0 <= event.duration_s <= limit):
         return "duration"  # over the limit, or unknown (-1 or absent) while a limit is set
+    if not in_window(policy, now):
+        return "window"
     return ""
 
 
@@ -94,19 +134,36 @@ def _same_vm(resource: str, vm_name: str) -> bool:
     return bool(vm_name) and resource.lower() == vm_name.lower()
 
 
+KEYS: Final = (
+    "enabled",
+    "event_types",
+    "sources",
+    "max_duration_s",
+    "pre_hook",
+    "post_hook",
+    "hook_timeout_s",
+    "approver",
+    "approve_user_initiated",
+    "windows",
+    "dry_run",
+    "dry_run_hooks",
+    "hook_env",
+    "hook_output_bytes",
+    "log_hook_output",
+)
+_FLAGS: Final = ("enabled", "approve_user_initiated", "dry_run", "dry_run_hooks", "log_hook_output")
+
+
 def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, list[str]]:
     """The policy an ``[approval]`` table describes, and every problem with it (any problem: nothing approved)."""
-    problems: list[str] = []
-    known = {"enabled", "event_types", "sources", "max_duration_s", "pre_hook", "post_hook", "hook_timeout_s"}
-    known.add("approver")
-    problems += [f"{where}: unknown setting {key!r}" for key in table if key not in known]
-    enabled = table.get("enabled", True)  # writing the table turns the policy on; enabled = false keeps it
-    if type(enabled) is not bool:
-        problems.append(f"{where}: enabled must be true or false, got {enabled!r}")
+    problems: list[str] = [f"{where}: unknown setting {key!r}" for key in table if key not in KEYS]
+    flags = {name: table.get(name, name == "enabled") for name in _FLAGS}  # writing the table turns it on
+    problems += [f"{where}: {k} must be true or false, got {v!r}" for k, v in flags.items() if type(v) is not bool]
     types = _texts(table, "event_types", where, problems)
-    if "event_types" not in table:
+    if "event_types" not in table and flags["approve_user_initiated"] is not True:
         problems.append(
-            f'{where}: event_types is required (e.g. ["Reboot", "Redeploy"]); nothing is approved by default'
+            f'{where}: event_types is required (e.g. ["Reboot", "Redeploy"]) unless approve_user_initiated = true; '
+            "nothing is approved by default"
         )
     problems += [
         f"{where}: event_types: {t!r} is not one of {', '.join(APPROVABLE_TYPES)}"
@@ -128,11 +185,19 @@ def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, 
     approver = table.get("approver", ApprovalPolicy.approver)
     if approver not in APPROVERS:
         problems.append(f"{where}: approver must be one of {', '.join(APPROVERS)}, got {approver!r}")
+    windows = _windows(table, where, problems)
+    hook_env = _texts(table, "hook_env", where, problems)
+    problems += [
+        f"{where}: hook_env: {n!r} is not an environment variable name" for n in hook_env if not _ENV_NAME.match(n)
+    ]
+    cap = table.get("hook_output_bytes", ApprovalPolicy.hook_output_bytes)
+    if type(cap) is not int or not 0 <= cap <= OUTPUT_CAP:
+        problems.append(f"{where}: hook_output_bytes must be a whole number of bytes in [0, {OUTPUT_CAP}], got {cap!r}")
     if problems:
         return ApprovalPolicy(), problems
     return (
         ApprovalPolicy(
-            enabled=bool(enabled),
+            enabled=flags["enabled"],
             event_types=tuple(types),
             sources=tuple(sources),
             max_duration_s=max_duration,
@@ -140,9 +205,25 @@ def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, 
             post_hook=post_hook,
             hook_timeout_s=float(timeout),
             approver=str(approver),
+            approve_user_initiated=flags["approve_user_initiated"],
+            windows=windows,
+            dry_run=flags["dry_run"],
+            dry_run_hooks=flags["dry_run_hooks"],
+            hook_env=tuple(hook_env),
+            hook_output_bytes=cap,
+            log_hook_output=flags["log_hook_output"],
         ),
         [],
     )
+
+
+def _windows(table: Mapping[str, Any], where: str, problems: list[str]) -> tuple[Window, ...]:
+    texts = _texts(table, "windows", where, problems)
+    if "windows" in table and not texts and not any(p.startswith(f"{where}: windows") for p in problems):
+        problems.append(f'{where}: windows must name at least one window (e.g. ["Mon-Fri 02:00-05:00"]) or be left out')
+    parsed = [parse_window(t) for t in texts]
+    problems += [f"{where}: windows: {p} (UTC)" for p in parsed if isinstance(p, str)]
+    return tuple(w for w in parsed if isinstance(w, Window))
 
 
 def _texts(table: Mapping[str, Any], name: str, where: str, problems: list[str]) -> list[str]:

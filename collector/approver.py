@@ -14,10 +14,17 @@ that cannot be taken back: a restart (the VM rebooting right after its approval,
 again nor loses the record of an approval it sent. An approval sent whose answer the collector did not live to
 hear is recorded at the next start as ``approved`` with no HTTP status. A collector stopped while a pre-hook ran
 runs it again (hooks must be idempotent); one stopped while a post-hook ran does not.
+
+Observe before acting. With ``dry_run`` every decision is made and recorded as usual, except that the approval
+is never POSTed: the decision that would have sent it is recorded as ``dry_run_approved``; hooks run only with
+``dry_run_hooks``. Maintenance windows are checked when the event is decided and again just before the POST
+(a long drain may end after its window closed): outside them the event is left to the platform, recorded as
+``not_covered`` with the rule ``window``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -28,7 +35,7 @@ from datetime import datetime
 from typing import Any, Final, Optional
 
 from collector import hooks
-from collector.approval import ACT, DRAIN_ONLY, ApprovalPolicy, decide
+from collector.approval import ACT, DRAIN_ONLY, USER_INITIATED, ApprovalPolicy, decide, in_window
 from collector.enrich import approval_record
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
 from collector.model import ApprovalOutcome, Event, Snapshot, VmIdentity, event_from_json, event_to_json
@@ -40,6 +47,7 @@ log = logging.getLogger(__name__)
 DECIDED_KEPT: Final = 4096  # event ids remembered; far more than a VM ever has at once
 APPROVE_DEADLINE_S: Final = 30.0  # retries of one approval: well inside the shortest notice (Freeze: 15 min)
 LEDGER_KEY: Final = "approvals"  # the outbox state key of what was decided
+NOTICE_KEY: Final = "notice_scheduled_events"  # the outbox state key: the first-start notice was given
 # The stages of an event in the ledger: its pre-hook may be running, its approval may have been sent, or it is done.
 HOOK, SENDING, DONE = "hook", "sending", "done"
 
@@ -52,6 +60,7 @@ class _Job:
     approve: bool  # False: drain only (another VM approves), or a post-event job
     post: bool  # the post-event hook of an event now gone
     incarnation: Optional[int]
+    hooks: bool = True  # False: no hook runs for this event (user-initiated, or a dry run without hooks)
 
 
 class Approver:
@@ -73,14 +82,14 @@ class Approver:
         self.on_fault = on_fault  # the agent counts each fault (health)
         self.on_decision: Callable[[str], None] = lambda decision: None  # each decision made (metrics)
         self.on_hook: Callable[[str, str], None] = lambda phase, outcome: None  # each hook run (metrics)
-        self._decided: dict[str, bool] = {}  # event id -> whether its pre-hook runs (so the post-hook too)
+        self._decided: dict[str, bool] = {}  # event id -> whether its post-hook runs once it is gone
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
         self._jobs: queue.Queue[tuple[_Job, VmIdentity] | None] = queue.Queue()  # None: look at stop now
         self._running = False
         self._lock = threading.Lock()  # the ledger: the poll thread decides, the approver thread acts
         self._ledger: dict[str, dict[str, Any]] = self._load()
         for event_id, entry in self._ledger.items():
-            self._decided[event_id] = entry["hooked"]
+            self._decided[event_id] = entry["hooked"] and entry.get("hooks", True)
             if entry["hooked"]:
                 self._events_seen[event_id] = event_from_json(entry["event"])
         self._recovered = False
@@ -96,13 +105,15 @@ class Approver:
         for event_id, event in present.items():
             if event_id in self._decided:
                 continue
-            decision = decide(self.policy, event, vm.vm_name)
-            hooked = decision.action in (ACT, DRAIN_ONLY)
-            self._remember(event_id, hooked)
+            decision = decide(self.policy, event, vm.vm_name, self._clock())
+            hooked = decision.action in (ACT, DRAIN_ONLY)  # a job: the hook (if any), then the approval (if ours)
+            hooks = hooked and decision.hooks and self.policy.runs_hooks
+            self._remember(event_id, hooks)
             if hooked:
-                entry = {"stage": HOOK, "hooked": True, "event": event_to_json(event)}
+                entry = {"stage": HOOK, "hooked": True, "hooks": hooks, "event": event_to_json(event)}
                 self._note(event_id, {**entry, "rule": decision.rule, "approver": decision.approver})
-                job = _Job(event, decision.rule, decision.approver, decision.action == ACT, False, snapshot.incarnation)
+                approve = decision.action == ACT
+                job = _Job(event, decision.rule, decision.approver, approve, False, snapshot.incarnation, hooks)
                 self._submit(job, vm, stop)
                 continue
             if decision.rule != "in_resources":
@@ -162,11 +173,18 @@ class Approver:
         self._perform_done(job)
 
     def _carry_out(self, job: _Job, vm: VmIdentity, stop: threading.Event) -> ApprovalOutcome:
-        argv = self.policy.post_hook if job.post else self.policy.pre_hook
+        argv = (self.policy.post_hook if job.post else self.policy.pre_hook) if job.hooks else ()
         result = None
         if argv:
-            result = hooks.run_hook(argv, _hook_fields(job, vm), timeout_s=self.policy.hook_timeout_s, stop=stop)
-            _log_hook(job, result)
+            result = hooks.run_hook(
+                argv,
+                _hook_fields(job, vm),
+                timeout_s=self.policy.hook_timeout_s,
+                stop=stop,
+                allow_env=self.policy.hook_env,
+                output_bytes=self.policy.hook_output_bytes,
+            )
+            _log_hook(job, result, self.policy.log_hook_output)
             outcome_of_hook = "ok" if result.ok else "timeout" if result.timed_out else "failed"
             self.on_hook("post" if job.post else "pre", outcome_of_hook)
         hook_exit = None if result is None else result.exit_code
@@ -181,8 +199,15 @@ class Approver:
             return outcome(records.DECISION_HOOK_TIMEOUT if result.timed_out else records.DECISION_HOOK_FAILED)
         if not job.approve:
             return outcome(records.DECISION_LEFT_TO_APPROVER)
+        if job.rule != USER_INITIATED and not in_window(self.policy, self._clock()):
+            log.info("window closed before the approval: left to the platform", extra={"event_id": job.event.event_id})
+            return ApprovalOutcome(records.DECISION_NOT_COVERED, "window", "", self._clock(), hook_exit, hook_ms)
+        if self.policy.dry_run:
+            log.info("dry run: event not approved", extra={"event_id": job.event.event_id, "rule": job.rule})
+            return outcome(records.DECISION_DRY_RUN_APPROVED)
         sent = outcome(records.DECISION_APPROVED)  # what a restart records if no answer is heard
-        entry = {"stage": SENDING, "hooked": True, "event": event_to_json(job.event), "outcome": _outcome_json(sent)}
+        entry = {"stage": SENDING, "hooked": True, "hooks": job.hooks, "event": event_to_json(job.event)}
+        entry["outcome"] = _outcome_json(sent)
         self._note(job.event.event_id, entry)
         try:
             self._client.approve(stop, [job.event.event_id], job.incarnation, deadline_s=APPROVE_DEADLINE_S)
@@ -316,17 +341,46 @@ def _hook_fields(job: _Job, vm: VmIdentity) -> dict[str, Any]:
     }
 
 
-def _log_hook(job: _Job, result: hooks.HookResult) -> None:
-    extra = {
+def _log_hook(job: _Job, result: hooks.HookResult, with_output: bool) -> None:
+    """One line per hook run; its output (the kept tail) only when the policy asks: a hook may print secrets of
+    its own, and the log goes further than the VM."""
+    extra: dict[str, Any] = {
         "event_id": job.event.event_id,
         "phase": "post" if job.post else "pre",
         "exit_code": result.exit_code,
         "duration_s": round(result.duration_s, 3),
     }
+    if with_output:
+        extra["output"] = result.output
+    else:
+        extra["output_chars"] = len(result.output)  # kept out of the log: log_hook_output = true shows it
     if result.ok:
         log.info("hook succeeded", extra=extra)
-    else:  # the tail of its output says why; it is the operator's own script's output
-        log.warning(
-            "hook failed" + (" (killed at its timeout)" if result.timed_out else ""),
-            extra={**extra, "output": result.output[-1024:]},
-        )
+    else:
+        log.warning("hook failed" + (" (killed at its timeout)" if result.timed_out else ""), extra=extra)
+
+
+def first_start_notice(outbox: Outbox, policy: ApprovalPolicy) -> bool:
+    """Say once per state directory (the outbox remembers) that polling turns Scheduled Events on, and what that
+    does to reboots users start; whether it was said now."""
+    try:
+        if outbox.get_state(NOTICE_KEY) is not None:
+            return False
+    except OutboxError:
+        return False
+    approves = policy.enabled and policy.approve_user_initiated and not policy.dry_run
+    then = (
+        "[approval] approve_user_initiated = true approves them at the first poll that sees them"
+        if approves
+        else "set [approval] approve_user_initiated = true to approve them at once (or Azure's "
+        "scheduledEventsPolicy userInitiatedReboot/userInitiatedRedeploy automaticallyApprove)"
+    )
+    log.warning(
+        "polling turns Scheduled Events on for this VM (until 24 h without a poll): from now on a Reboot or Redeploy "
+        "a user starts (portal, CLI, API) waits up to its NotBefore, about 15 minutes, unless it is approved; "
+        + then
+        + " (said once per state directory)"
+    )
+    with contextlib.suppress(OutboxError):  # not stored: said again at the next start, better twice than never
+        outbox.set_state(NOTICE_KEY, "1")
+    return True

@@ -110,6 +110,10 @@ Settings come from defaults < the [collector] table of --config < SEVENTS_<NAME>
 < flags. The Event Hubs connection string is read only from SEVENTS_EVENTHUBS_CONNECTION_STRING or a file.
 IMDS is always reached directly: HTTP(S)_PROXY and NO_PROXY are ignored.
 
+Polling turns Scheduled Events on for the VM: a Reboot or Redeploy a user starts then waits up to its
+NotBefore (about 15 minutes) unless approved. `approve_user_initiated = true` in the config file's [approval]
+table approves those at once; `dry_run = true` there records every decision of the policy and sends nothing.
+
 exit status: 0 ok, 1 the poll failed or its changes could not be stored (once), 2 invalid configuration
 (every problem is listed), 3 the state directory cannot be used: in use or unusable, the outbox cannot be
 opened (once), no outbox there or it cannot be read (status), or --metrics-addr cannot be bound (run),
@@ -118,7 +122,12 @@ opened (once), no outbox there or it cannot be read (status), or --metrics-addr 
 
 
 def _settings_flags(parser: argparse.ArgumentParser, *, daemon: bool) -> None:
-    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file with a [collector] table")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML file with a [collector] table (and an [approval] table to act on events)",
+    )
     for field in dataclasses.fields(CollectorSettings):
         if field.name not in _HELP:
             continue  # secrets have no flag

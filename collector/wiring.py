@@ -16,7 +16,7 @@ from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 from collector.agent import COLLECTOR_VERSION, Agent, AgentError, Parts, utc_now
 from collector.approval import ApprovalPolicy
-from collector.approver import Approver
+from collector.approver import Approver, first_start_notice
 from collector.dhcp import resolve_base_url
 from collector.downtime import reboot
 from collector.fetch import Connections
@@ -55,6 +55,7 @@ def build_agent(
         metrics = CollectorMetrics(meter_provider or NoOpMeterProvider())
         outbox = _open_outbox(settings)
         undo.callback(outbox.close)
+        first_start_notice(outbox, approval or ApprovalPolicy())  # polling turns Scheduled Events on: say so once
         client = ImdsClient(
             resolve_base_url(settings.imds_url, discover=settings.discover_endpoint, globs=settings.dhcp_lease_globs),
             api_version=settings.api_version,

@@ -168,7 +168,7 @@ APPROVAL: Final = (
     _text(
         "decision",
         "approved | approve_failed | left_to_approver | hook_failed | hook_timeout | hook_interrupted | "
-        "not_covered | post_hook",
+        "not_covered | post_hook | dry_run_approved",
         column=_LC,
         key=True,
     ),

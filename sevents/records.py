@@ -36,6 +36,7 @@ DECISION_HOOK_TIMEOUT: Final = "hook_timeout"
 DECISION_HOOK_INTERRUPTED: Final = "hook_interrupted"  # the collector stopped while the hook ran; the event went on
 DECISION_NOT_COVERED: Final = "not_covered"
 DECISION_POST_HOOK: Final = "post_hook"
+DECISION_DRY_RUN_APPROVED: Final = "dry_run_approved"  # [approval] dry_run: would have been approved, nothing sent
 DECISIONS: Final = (
     DECISION_APPROVED,
     DECISION_APPROVE_FAILED,
@@ -45,6 +46,7 @@ DECISIONS: Final = (
     DECISION_HOOK_INTERRUPTED,
     DECISION_NOT_COVERED,
     DECISION_POST_HOOK,
+    DECISION_DRY_RUN_APPROVED,
 )
 
 # How the collector noticed its VM was down (collector/downtime.py).

@@ -19,6 +19,7 @@ from simulator import BUILTIN_SCENARIOS, load_scenario
 from tests.tiers import examples
 
 NAMES = ("vm0", "vm1", "VM2", "other")
+NOW = datetime(2026, 1, 1, 3, 0, tzinfo=UTC)
 TYPES = (*APPROVABLE_TYPES, "Other")
 
 
@@ -59,9 +60,10 @@ policies = st.builds(
 @given(policies, events, st.sampled_from(NAMES))
 def test_nothing_is_approved_unless_the_policy_covers_it(policy: ApprovalPolicy, event: Event, vm: str) -> None:
     """Whatever the policy and the event, ACT implies: on, Scheduled, this VM in Resources, every limit met."""
-    decision = decide(policy, event, vm)
+    decision = decide(policy, event, vm, NOW)
     if decision.action == SKIP:
         return
+    assert decision.hooks  # the user-initiated preset (off here) is the only way past the rules without a hook
     assert policy.enabled and event.status == "Scheduled"
     assert vm.lower() in (r.lower() for r in event.resources)
     assert event.event_type in policy.event_types
@@ -78,7 +80,7 @@ def test_exactly_one_affected_vm_approves_under_first_in_resources(event: Event)
     """Of all the VMs an event names, exactly one acts when the policy covers it; the rest drain only."""
     policy = ApprovalPolicy(enabled=True, event_types=TYPES)
     affected = sorted({r.lower() for r in event.resources})
-    actions = [decide(policy, event, vm).action for vm in affected]
+    actions = [decide(policy, event, vm, NOW).action for vm in affected]
     if event.status != "Scheduled" or not affected:
         assert set(actions) <= {SKIP}
     else:
@@ -87,7 +89,7 @@ def test_exactly_one_affected_vm_approves_under_first_in_resources(event: Event)
 
 def test_the_default_policy_is_off() -> None:
     """No table: nothing is ever approved."""
-    assert decide(ApprovalPolicy(), _event(), "vm0").action == SKIP
+    assert decide(ApprovalPolicy(), _event(), "vm0", NOW).action == SKIP
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -86,6 +86,7 @@ class FakeImds:
         self.instance_delay = 0.0  # seconds before instance metadata answers
         self.instance_failures = 0  # the next this many instance metadata requests fail with 500
         self.seen: list[Seen] = []
+        self.posts: list[tuple[float, dict[str, Any]]] = []  # approvals received: (monotonic time, JSON body)
         self.lock = threading.Lock()
         self.open_connections: set[socket.socket] = set()
         server = self
@@ -108,6 +109,9 @@ class FakeImds:
 
             def do_GET(self) -> None:
                 server.handle(self)
+
+            def do_POST(self) -> None:
+                server.handle_post(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -144,6 +148,14 @@ class FakeImds:
         """The Scheduled Events requests received so far."""
         with self.lock:
             return [s for s in self.seen if s.path.endswith("scheduledevents")]
+
+    def handle_post(self, request: BaseHTTPRequestHandler) -> None:
+        _approval(self, request)
+
+    def approved(self) -> list[str]:
+        """The EventIds of every StartRequests POST received so far, in order."""
+        with self.lock:
+            return [r["EventId"] for _, body in self.posts for r in body.get("StartRequests", [])]
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         url = urlsplit(request.path)
@@ -182,6 +194,17 @@ class FakeImds:
                 return _reply(request, self.instance_status, json.dumps({"error": "unavailable"}))
             return _reply(request, 200, json.dumps(self.instance))
         return _reply(request, 404, json.dumps({"error": "Not found"}))
+
+
+def _approval(server: FakeImds, request: BaseHTTPRequestHandler) -> None:
+    """A StartRequests POST: recorded, answered 200 with an empty body as IMDS does."""
+    length = int(request.headers.get("Content-Length") or 0)
+    body = request.rfile.read(length)
+    if request.headers.get("Metadata") != "true":
+        return _reply(request, 400, json.dumps({"error": "Bad request. Required metadata header not specified"}))
+    with server.lock:
+        server.posts.append((time.monotonic(), json.loads(body or b"{}")))
+    return _reply(request, 200, b"")
 
 
 def _reply(
