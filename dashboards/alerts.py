@@ -8,6 +8,11 @@ and type): a status change, a NotBefore update or one more VM reporting never pa
 query per figure, each reduced, matched to the instance by the same labels. Alert queries read the active
 set only (``active_events``), never the history, and run in the backend: no template variables and no
 ``$__conditionalAll`` (a frontend macro) here.
+
+Each rule names its contact point (``notification_settings``, Grafana's simplified routing, 11.0 or newer): Grafana
+routes it through a policy of its own made for that rule, under the organization's policy tree, so sevents
+provisions no notification policy and leaves an existing Grafana's routing as it was (a provisioned ``policies``
+file replaces the whole tree).
 """
 
 # Grafana panel templates built from constants (no input reaches them), so S608 does not apply.
@@ -23,6 +28,12 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 FOLDER: Final = "sevents"
+# The contact point every rule notifies (provisioning/alerting/sevents-notifications.yaml, contact-points/*.yaml).
+CONTACT_POINT: Final = "sevents-pager"
+# One notification per event (EventId in the group), at once; a page repeats hourly while it lasts, a ticket 4-hourly.
+# Grafana requires grafana_folder and alertname in a rule's group_by.
+GROUP_BY: Final = ("grafana_folder", "alertname", "event_id")
+REPEAT: Final = {"page": "1h", "ticket": "4h"}
 # urlquery (Go's url.QueryEscape; Grafana reads its + as a space): an EventId holding & = # stays one parameter.
 DRILL_DOWN = "/d/sevents-timeline/maintenance-timeline?var-event_id={{ urlquery $labels.event_id }}"
 # Figures of an active event that its notification shows (refId -> value), beside the condition's "active".
@@ -192,6 +203,13 @@ def _rule_json(rule: Rule) -> dict[str, Any]:
         "annotations": annotations,
         "labels": {"severity": rule.severity, "team": "sre", "source": "sevents"},
         "isPaused": False,
+        "notification_settings": {
+            "receiver": CONTACT_POINT,
+            "group_by": list(GROUP_BY),
+            "group_wait": "0s",
+            "group_interval": "1m",
+            "repeat_interval": REPEAT[rule.severity],
+        },
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ class Seeded:
     groups: dict[str, str]  # VM name -> the simulator's availability set or scale set
     served: dict[str, list[datetime]]  # VM name -> when the simulator answered its collector
     real_down_s: dict[tuple[str, str], float]  # (EventId, VM name) -> how long its collector was really stopped
+    outboxes: Path  # an untouched copy of every collector's state dir (the ingest empties the originals)
 
     def windows(self, rows: list[dict[str, Any]] | None = None) -> dict[tuple[str, str], Window]:
         """(event_id, field) -> where an observed value can fall, given when the collectors polled: from the
@@ -149,11 +151,12 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, engine: Engine) -> Seeded:
     run = _run_fleet(root / "vms")
     with Outbox(root / "vms" / run["vm_names"][0] / "outbox.sqlite") as outbox:
         outbox.commit([POISON], None)
+    copy = shutil.copytree(root / "vms", root / "vms-copy")
     migrate(engine.client, Target())
     handler = Handler(Writer(engine.client), source="outbox", stop=threading.Event())
     OutboxSource([str(root / "vms" / "*")], until_idle=True).run(handler, threading.Event())
     assert handler.stored > 0
-    return Seeded(engine.client, engine.target, **run)
+    return Seeded(engine.client, engine.target, outboxes=copy, **run)
 
 
 def around(seeded: Seeded) -> tuple[datetime, datetime]:

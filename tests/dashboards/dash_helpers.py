@@ -9,23 +9,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dashboards.generate import ALERTS_FILE, JSON_DIR
+from dashboards.generate import ALERTS_FILE, HERE
 from dashboards.macros import QueryContext, expand
 from dashboards.templating import ALL, Selection, apply
 
 
-def dashboards() -> dict[str, dict[str, Any]]:
-    """The committed dashboard JSON, by uid."""
+def dashboards(root: Path = HERE) -> dict[str, dict[str, Any]]:
+    """The committed dashboard JSON (or that of files rendered into ``root``), by uid."""
     out = {}
-    for path in sorted(Path(JSON_DIR).glob("*.json")):
+    for path in sorted((root / "json").glob("*.json")):
         model = json.loads(path.read_text(encoding="utf-8"))
         out[model["uid"]] = model
     return out
 
 
-def alert_rules() -> list[dict[str, Any]]:
-    """The committed alert rules."""
-    document = json.loads(Path(ALERTS_FILE).read_text(encoding="utf-8"))
+def alert_rules(root: Path = HERE) -> list[dict[str, Any]]:
+    """The committed alert rules (or those rendered into ``root``)."""
+    document = json.loads((root / ALERTS_FILE.relative_to(HERE)).read_text(encoding="utf-8"))
     return [rule for group in document["groups"] for rule in group["rules"]]
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dashboards import filters, generate, grafana
-from dashboards.alerts import RULES
+from dashboards.alerts import CONTACT_POINT, RULES
 from ingest import cli
 from ingest.queries import SILENT_AFTER_S
 from tests.dashboards.dash_helpers import alert_rules, dashboards
@@ -157,8 +157,33 @@ def test_provisioning_files() -> None:
     provider = _yaml(PROVISIONING / "dashboards" / "sevents.yaml")["providers"][0]
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards/sevents"
     notifications = _yaml(PROVISIONING / "alerting" / "sevents-notifications.yaml")
-    receivers = {c["name"] for c in notifications["contactPoints"]}
-    assert notifications["policies"][0]["receiver"] in receivers
+    assert [c["name"] for c in notifications["contactPoints"]] == [CONTACT_POINT]
+
+
+def test_no_notification_policy_tree_is_provisioned() -> None:
+    """Grafana's file provisioning of `policies` replaces the organization's whole policy tree (an operator's own
+    routing included), and a policy has no other provisioned form: no file Grafana reads from sevents, and no
+    example contact point, carries one. Each rule names the sevents contact point itself (simplified routing),
+    with group_by holding the labels Grafana requires of it."""
+    provisioned = [p for p in PROVISIONING.rglob("*") if p.suffix in (".yaml", ".yml", ".json")]
+    provisioned += sorted((PROVISIONING.parent / "contact-points").glob("*.yaml"))
+    assert len(provisioned) >= 8
+    for path in provisioned:
+        document = json.loads(path.read_text()) if path.suffix == ".json" else _yaml(path)
+        assert not {"policies", "resetPolicies"} & set(document), f"{path.name} provisions a policy tree"
+    points = {c["name"] for c in _yaml(PROVISIONING / "alerting" / "sevents-notifications.yaml")["contactPoints"]}
+    rules = alert_rules()
+    assert rules
+    for rule in rules:
+        settings = rule["notification_settings"]
+        assert settings["receiver"] in points, rule["uid"]
+        assert {"alertname", "grafana_folder"} <= set(settings["group_by"]), rule["uid"]
+        assert all(re.fullmatch(r"\d+[smh]", settings[k]) for k in ("group_wait", "group_interval", "repeat_interval"))
+        expected = "1h" if rule["labels"]["severity"] == "page" else "4h"
+        assert settings["repeat_interval"] == expected, rule["uid"]
+    for name in ("README.md", "contact-points/README.md"):
+        text = " ".join((PROVISIONING.parent / name).read_text(encoding="utf-8").split())
+        assert "notification_settings" in text and "whole policy tree" in text, name
 
 
 # what Grafana requires of each receiver type, and where its secret goes
@@ -166,16 +191,15 @@ RECEIVER_SETTINGS = {"webhook": ("url",), "slack": ("url",), "teams": ("url",), 
 
 
 def test_contact_point_examples_replace_the_provisioned_one() -> None:
-    """Slack, Teams, e-mail and webhook examples: each defines the contact point the policy routes to, with its
+    """Slack, Teams, e-mail and webhook examples: each defines the contact point the rules name, with its
     required setting taken from the environment (no secret in a file)."""
-    policy = _yaml(PROVISIONING / "alerting" / "sevents-notifications.yaml")["policies"][0]
     examples = sorted((PROVISIONING.parent / "contact-points").glob("*.yaml"))
     found = set()
     for path in examples:
         doc = _yaml(path)
         assert doc["apiVersion"] == 1
         (point,) = doc["contactPoints"]
-        assert point["name"] == policy["receiver"], path.name
+        assert point["name"] == CONTACT_POINT, path.name
         for receiver in point["receivers"]:
             found.add(receiver["type"])
             for key in RECEIVER_SETTINGS[receiver["type"]]:
