@@ -5,7 +5,12 @@
 //     or federate it with the collector's Kubernetes service account): "Azure Event Hubs Data Sender" on the
 //     event hub only. One role assignment for the whole fleet: a subscription allows 4,000 of them;
 //   - the ingest identity: "Azure Event Hubs Data Receiver" on the event hub only, and
-//     "Storage Blob Data Contributor" on the checkpoint container only.
+//     "Storage Blob Data Contributor" on the checkpoint container only;
+//   - the reconciler's identity (`sevents-ingest reconcile`, a user-assigned identity of its own): the built-in
+//     "Reader" on each subscription it reads, nothing else (module subscription-reader.bicep at subscription scope);
+//   - centralScheduledEvents (off by default): an Event Grid system topic for Microsoft's central Scheduled Events
+//     feed of this subscription, delivering ScheduledEventEmitted to the event hub with the topic's own
+//     (system-assigned) identity, which has "Azure Event Hubs Data Sender" on the event hub only.
 // Shared keys are off unless allowSasFallback is true; then one Send-only SAS rule exists on the hub
 // for collectors that cannot use a managed identity (its key is read with listKeys, never output here).
 
@@ -64,10 +69,35 @@ param ingestPrincipalId string
 @description('Keep shared-key (SAS) access as a fallback for collectors without a managed identity.')
 param allowSasFallback bool = false
 
+@description('Name of the user-assigned identity sevents-ingest reconcile runs as (its client id is output reconcilerClientId).')
+param reconcilerIdentityName string = 'sevents-reconciler'
+
+@description('Subscriptions the reconciler reads through Azure Resource Graph: it gets Reader on each (default: this one).')
+param reconcileSubscriptionIds array = [
+  subscription().subscriptionId
+]
+
+@description('Deliver Microsoft\'s central Scheduled Events feed (preview, opt-in per VM or set) of this subscription to the event hub through an Event Grid system topic. One such topic per subscription.')
+param centralScheduledEvents bool = false
+
+@description('Name of the Event Grid system topic of the central Scheduled Events feed (centralScheduledEvents only).')
+param scheduledEventsTopicName string = 'sevents-maintenance-resources'
+
+@description('Schema Event Grid delivers the feed in (the ingest reads both).')
+@allowed([
+  'EventGridSchema'
+  'CloudEventSchemaV1_0'
+])
+param scheduledEventsSchema string = 'EventGridSchema'
+
 // Built-in role definition ids (the same in every tenant).
 var roleEventHubsDataSender = '2b629674-e913-4c01-ae53-ef4638d8f975'
 var roleEventHubsDataReceiver = 'a638d3c7-ab3a-418d-83e6-5f17a39d4fde'
 var roleStorageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
+
+// The central Scheduled Events feed: its system topic type and the one event type the ingest reads.
+var maintenanceResourcesTopicType = 'Microsoft.ResourceNotifications.MaintenanceResources'
+var scheduledEventEmitted = 'Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted'
 
 resource namespace 'Microsoft.EventHub/namespaces@2024-01-01' = {
   name: namespaceName
@@ -188,6 +218,81 @@ resource ingestCheckpoints 'Microsoft.Authorization/roleAssignments@2022-04-01' 
   }
 }
 
+// The reconciler reads Azure Resource Graph and nothing else: an identity of its own (the ingest's has data roles
+// on the hub and the checkpoints that reading the inventory does not need), Reader on each subscription it reads.
+resource reconcilerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: reconcilerIdentityName
+  location: location
+}
+
+// Reader is assigned at subscription scope, which a resource group deployment reaches through a module.
+module reconcilerReader 'subscription-reader.bicep' = [
+  for subscriptionId in reconcileSubscriptionIds: {
+    name: 'sevents-reconciler-reader-${uniqueString(subscriptionId, reconcilerIdentityName)}'
+    scope: subscription(subscriptionId)
+    params: {
+      principalId: reconcilerIdentity.properties.principalId
+    }
+  }
+]
+
+// Microsoft's central Scheduled Events feed (issue 27): a system topic on this subscription's maintenance resources
+// (location global, like every subscription-level source) and a subscription delivering ScheduledEventEmitted to
+// the hub (scheduledEventsSchema: Event Grid's schema or CloudEvents 1.0). Event Grid authenticates to Event Hubs
+// with the topic's system-assigned identity: it exists only with the topic and can only send to this hub.
+resource maintenanceTopic 'Microsoft.EventGrid/systemTopics@2022-06-15' = if (centralScheduledEvents) {
+  name: scheduledEventsTopicName
+  location: 'global'
+  identity: {
+    type: 'SystemAssigned'
+  }
+  properties: {
+    source: subscription().id
+    topicType: maintenanceResourcesTopicType
+  }
+}
+
+resource maintenanceTopicSend 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (centralScheduledEvents) {
+  scope: hub
+  name: guid(hub.id, maintenanceTopic.id, roleEventHubsDataSender)
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleEventHubsDataSender)
+    principalId: maintenanceTopic.identity.principalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource scheduledEventsToHub 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2022-06-15' = if (centralScheduledEvents) {
+  parent: maintenanceTopic
+  name: 'sevents-scheduled-events'
+  dependsOn: [
+    maintenanceTopicSend // delivery needs the role first
+  ]
+  properties: {
+    eventDeliverySchema: scheduledEventsSchema
+    filter: {
+      includedEventTypes: [
+        scheduledEventEmitted
+      ]
+    }
+    deliveryWithResourceIdentity: {
+      identity: {
+        type: 'SystemAssigned'
+      }
+      destination: {
+        endpointType: 'EventHub'
+        properties: {
+          resourceId: hub.id
+        }
+      }
+    }
+    retryPolicy: {
+      maxDeliveryAttempts: 30
+      eventTimeToLiveInMinutes: 1440
+    }
+  }
+}
+
 @description('Collector and ingest setting eventhubs_namespace.')
 output eventhubsNamespace string = '${namespace.name}.servicebus.windows.net'
 
@@ -208,3 +313,12 @@ output collectorClientId string = collectorIdentity.properties.clientId
 
 @description('Resource id of the collectors\' identity: attach it to VMs, scale sets or node pools (identity.userAssignedIdentities).')
 output collectorIdentityId string = collectorIdentity.id
+
+@description('Ingest setting reconcile_client_id (AZURE_CLIENT_ID of sevents-ingest reconcile; workload identity client id on AKS).')
+output reconcilerClientId string = reconcilerIdentity.properties.clientId
+
+@description('Resource id of the reconciler\'s identity: attach it to the VM, container or pod that runs sevents-ingest reconcile.')
+output reconcilerIdentityId string = reconcilerIdentity.id
+
+@description('Event Grid system topic of the central Scheduled Events feed (empty unless centralScheduledEvents).')
+output scheduledEventsTopic string = centralScheduledEvents ? scheduledEventsTopicName : ''

@@ -15,6 +15,7 @@ from ingest.settings import IngestSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 BICEP = (ROOT / "infra/azure/main.bicep").read_text()
+READER_MODULE = (ROOT / "infra/azure/subscription-reader.bicep").read_text()
 CLOUD_INIT_PATH = ROOT / "infra/vm/cloud-init.yaml"
 CLOUD_INIT = yaml.safe_load(CLOUD_INIT_PATH.read_text())
 EXTENSION = json.loads((ROOT / "infra/vm/custom-script-extension.json").read_text())
@@ -25,6 +26,17 @@ BUNDLE = re.compile(rf"sevents-collector-{re.escape(VERSION)}-cp3[0-9]+-linux-[a
 
 def bicep_outputs() -> set[str]:
     return set(re.findall(r"^output (\w+) ", BICEP, re.MULTILINE))
+
+
+def bicep_resources(text: str) -> dict[str, str]:
+    """Each ``resource`` or ``module`` declaration of a template: symbolic name -> its text up to the closing brace."""
+    blocks = re.split(r"^(?=(?:resource|module|output|@description|param|var) )", text, flags=re.MULTILINE)
+    return {m.group(1): block for block in blocks if (m := re.match(r"(?:resource|module) (\w+) ", block))}
+
+
+def role_ids(text: str) -> dict[str, str]:
+    """``var roleX = '<guid>'`` of a template: variable name -> role definition id."""
+    return dict(re.findall(r"^var (role\w+) = '([0-9a-f-]{36})'", text, re.MULTILINE))
 
 
 def load_toml_text(text: str, tmp_path: Path) -> CollectorSettings:
@@ -108,3 +120,68 @@ def test_install_script_puts_the_collector_where_the_unit_runs_it() -> None:
     unit = (ROOT / "infra/systemd/sevents-collector.service").read_text()
     (prefix,) = re.findall(r"^prefix=(\S+)$", (ROOT / "scripts/install-collector.sh").read_text(), re.MULTILINE)
     assert f"ExecStart={prefix}/bin/sevents-collector run --config /etc/sevents/collector.toml" in unit
+
+
+READER = "acdd72a7-3385-4ef5-be7c-b4b1e6b5d46c"  # built-in Reader
+
+
+def test_the_reconciler_has_its_own_identity_with_reader_only() -> None:
+    """`sevents-ingest reconcile` runs as an identity of its own whose only role is Reader on the subscriptions it
+    reads (a subscription-scope module); its client id is the output the ingest's reconcile_client_id takes."""
+    resources = bicep_resources(BICEP)
+    assert "Microsoft.ManagedIdentity/userAssignedIdentities@" in resources["reconcilerIdentity"]
+    # no role assignment of main.bicep names the reconciler; the module is its one assignment
+    assignments = {name: text for name, text in resources.items() if "Microsoft.Authorization/roleAssignments@" in text}
+    assert assignments and not [name for name, text in assignments.items() if "reconcilerIdentity" in text]
+    module = resources["reconcilerReader"]
+    assert "module reconcilerReader 'subscription-reader.bicep'" in module
+    assert (
+        "for subscriptionId in reconcileSubscriptionIds" in module and "scope: subscription(subscriptionId)" in module
+    )
+    assert "principalId: reconcilerIdentity.properties.principalId" in module
+    assert [n for n, text in resources.items() if n != "reconcilerIdentity" and "reconcilerIdentity" in text] == [
+        "reconcilerReader"
+    ]
+    # the module: subscription scope, one role assignment, and that role is Reader
+    assert "targetScope = 'subscription'" in READER_MODULE
+    (assignment,) = bicep_resources(READER_MODULE).values()
+    assert "Microsoft.Authorization/roleAssignments@" in assignment
+    assert role_ids(READER_MODULE) == {"roleReader": READER}
+    assert "roleDefinitions', roleReader)" in assignment
+    assert READER not in BICEP  # main.bicep grants Reader to no one else
+    assert {"reconcilerClientId", "reconcilerIdentityId"} <= bicep_outputs()
+    assert "reconcile_client_id" in BICEP and hasattr(IngestSettings(), "reconcile_client_id")
+
+
+def test_the_central_scheduled_events_feed_is_off_by_default_and_sends_only_to_the_hub() -> None:
+    """The Event Grid system topic (Microsoft.ResourceNotifications.MaintenanceResources, location global) and its
+    subscription to the hub exist only with centralScheduledEvents, which is false by default; they deliver only
+    ScheduledEventEmitted, with the topic's own identity, which has Azure Event Hubs Data Sender on the hub only."""
+    assert re.search(r"^param centralScheduledEvents bool = false$", BICEP, re.MULTILINE)
+    resources = bicep_resources(BICEP)
+    grid = {name: text for name, text in resources.items() if "Microsoft.EventGrid/" in text.split("\n", 1)[0]}
+    assert set(grid) == {"maintenanceTopic", "scheduledEventsToHub"}
+    gated = [name for name, text in resources.items() if "= if (centralScheduledEvents)" in text.split("\n", 1)[0]]
+    assert sorted(gated) == ["maintenanceTopic", "maintenanceTopicSend", "scheduledEventsToHub"]
+    topic = grid["maintenanceTopic"]
+    assert "'Microsoft.EventGrid/systemTopics@" in topic and "location: 'global'" in topic
+    assert "topicType: maintenanceResourcesTopicType" in topic and "source: subscription().id" in topic
+    assert "var maintenanceResourcesTopicType = 'Microsoft.ResourceNotifications.MaintenanceResources'" in BICEP
+    feed = grid["scheduledEventsToHub"]
+    assert "'Microsoft.EventGrid/systemTopics/eventSubscriptions@" in feed and "parent: maintenanceTopic" in feed
+    assert re.search(r"includedEventTypes: \[\s+scheduledEventEmitted\s+\]", feed)
+    assert (
+        "var scheduledEventEmitted = 'Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted'"
+        in BICEP
+    )
+    assert (
+        "deliveryWithResourceIdentity" in feed and "endpointType: 'EventHub'" in feed and "resourceId: hub.id" in feed
+    )
+    send = resources["maintenanceTopicSend"]
+    assert "scope: hub" in send and "roleDefinitions', roleEventHubsDataSender)" in send
+    assert "principalId: maintenanceTopic.identity.principalId" in send
+    assert role_ids(BICEP)["roleEventHubsDataSender"] == "2b629674-e913-4c01-ae53-ef4638d8f975"
+    # the README documents the switch, the identity and the Reader command for other subscriptions
+    readme = (ROOT / "infra/azure/README.md").read_text()
+    for needle in ("centralScheduledEvents", "reconcilerClientId", "reconcileSubscriptionIds", READER):
+        assert needle in readme, needle
