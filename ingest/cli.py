@@ -195,6 +195,13 @@ def parser() -> argparse.ArgumentParser:
         help="inventory VMs (sevents-ingest reconcile) with a reporting, silent or retired collector, or none, "
         "per subscription, resource group and set",
     )
+    a = audit.add_parser(
+        "gaps",
+        allow_abbrev=False,
+        help="Resource Health downtime annotations (reconcile) with no scheduled event seen before them, and "
+        "annotations beside the event they followed",
+    )
+    _window(a)
     for choice in audit.choices.values():
         _common(choice)
         choice.add_argument("--format", choices=FORMATS, default="table", help="table (default), json or csv")
@@ -369,7 +376,7 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     q = args.question
     params: dict[str, Any] = {}
-    if q in ("vm", "disruptive", "events", "fault-domains", "downtime"):
+    if q in ("vm", "disruptive", "events", "fault-domains", "downtime", "gaps"):
         try:
             params = {"since": parse_when(args.since, now), "until": parse_when(args.until, now)}
         except ValueError as error:
@@ -400,6 +407,8 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         query = queries.DOWNTIME
     elif q == "coverage":
         query = queries.COVERAGE
+    elif q == "gaps":
+        query = queries.GAPS
     else:
         query = queries.COUNTS
     try:

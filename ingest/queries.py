@@ -443,6 +443,101 @@ ORDER BY subscription_id, resource_group, fault_set
 """,
 )
 
+# The gap signal (issue 27): Resource Health annotations (azure_annotations, kept by `sevents-ingest reconcile`) beside
+# the scheduled events sevents' collectors saw. The annotations that mean the platform took a VM down: it rebooted,
+# redeployed, froze or migrated it (ImpactType "Downtime Reboot" or "Downtime Freeze", Platform Initiated, in
+# Microsoft's "Resource Health virtual machine Health Annotations"), and the redeploy a user started for planned
+# maintenance. One of these with no scheduled event seen for the VM shortly before is a gap. Left out: guest crashes
+# and the user's own control-plane actions (restart, stop, resize, deallocate), for which no scheduled event is owed.
+# The one list of them: the query and its tests read it from here.
+DOWNTIME_ANNOTATIONS: tuple[str, ...] = (
+    "VirtualMachineRebootInitiatedForPlannedMaintenance",
+    "VirtualMachineMigrationInitiatedForPlannedMaintenance",
+    "VirtualMachineRedeployInitiatedByControlPlaneDueToPlannedMaintenance",
+    "VirtualMachinePlannedFreezeSucceeded",
+    "VirtualMachinePlannedFreezeFailed",
+    "LiveMigrationSucceeded",
+    "LiveMigrationFailure",
+    "VirtualMachineHostRebootedForRepair",
+    "VirtualMachineMigrationInitiatedForRepair",
+    "VirtualMachineHostCrashed",
+    "VirtualMachineStorageOffline",
+)
+GAP_LEAD_S = 900  # an event the VM saw at most this long before the annotation came before it (a Reboot's notice)
+GAP_SLACK_S = 120  # ... or this little after it: the collector's poll interval and the clocks' skew
+_DOWNTIME_SQL = "[" + ", ".join(f"'{name}'" for name in DOWNTIME_ANNOTATIONS) + "]"
+_CHANGED_IN_WINDOW = "changed_at >= {since:DateTime64(3, 'UTC')} AND changed_at < {until:DateTime64(3, 'UTC')}"
+
+# Each annotation changed in [since, until) (the window's months of azure_annotations only), its VM's vmId (the
+# reconciler's, else the inventory's for its resource id), and the last transition of an event naming that VM
+# (affects_this_vm) seen from GAP_LEAD_S before the annotation to GAP_SLACK_S after it (ASOF: the nearest one;
+# transitions_by_time is in time order, so only the window's rows plus the lead are read). gap: a downtime
+# annotation with no such event while the VM's collector was reporting (heartbeats in the annotation's hour or the
+# hour before: heartbeat_hours); without a reporting collector sevents could not have seen an event
+# (collector_reporting false; audit coverage lists those VMs). Rows: every downtime annotation, and any other
+# annotation that follows an event sevents saw, beside it.
+GAPS = Query(
+    "gaps",
+    "Downtime annotations of Resource Health with no scheduled event seen before them (gap), and annotations "
+    "that follow an event sevents saw, beside it",
+    f"""
+WITH annotated AS
+(
+    SELECT a.changed_at AS changed_at, a.annotation_name AS annotation, a.category AS category, a.reason AS reason,
+           a.resource_id AS resource_id,
+           lower(if(a.vm_id != '', a.vm_id, ifNull(v.vm_id, ''))) AS vm_id, ifNull(v.name, '') AS inventory_name,
+           has({_DOWNTIME_SQL}, a.annotation_name) AS downtime_,
+           a.changed_at + INTERVAL {GAP_SLACK_S} SECOND AS latest_
+    FROM (SELECT changed_at, annotation_name, category, reason, resource_id, vm_id
+          FROM azure_annotations FINAL WHERE {_CHANGED_IN_WINDOW}) AS a
+    LEFT JOIN (SELECT resource_id, argMax(vm_id, reconciled_at) AS vm_id, argMax(name, reconciled_at) AS name
+               FROM azure_vms
+               WHERE resource_id IN (SELECT resource_id FROM azure_annotations WHERE {_CHANGED_IN_WINDOW})
+               GROUP BY resource_id) AS v
+        ON v.resource_id = a.resource_id
+)
+SELECT changed_at, vm_name, vm_id, annotation, category, reason, event_id,
+       downtime_ AND event_id = '' AND collector_reporting AS gap, collector_reporting
+FROM
+(
+    SELECT a.changed_at AS changed_at,
+           multiIf(a.inventory_name != '', a.inventory_name, ifNull(t.vm_name, '') != '', t.vm_name,
+                   splitByChar('/', a.resource_id)[-1]) AS vm_name,
+           a.vm_id AS vm_id, a.annotation AS annotation, a.category AS category, a.reason AS reason,
+           a.downtime_ AS downtime_,
+           -- no match: the defaults, or NULLs under join_use_nulls; ifNull reads both alike
+           if(ifNull(t.observed_at >= a.changed_at - INTERVAL {GAP_LEAD_S} SECOND, 0), t.event_id, '') AS event_id,
+           has(h.hours_, toStartOfHour(toDateTime(a.changed_at, 'UTC')))
+               OR has(h.hours_, toStartOfHour(toDateTime(a.changed_at, 'UTC')) - INTERVAL 1 HOUR)
+               AS collector_reporting
+    FROM annotated AS a
+    ASOF LEFT JOIN
+    (
+        SELECT lower(vm_id) AS vm_id, observed_at, event_id, vm_name
+        FROM transitions_by_time
+        WHERE observed_at >= {{since:DateTime64(3, 'UTC')}} - INTERVAL {GAP_LEAD_S} SECOND
+          AND observed_at < {{until:DateTime64(3, 'UTC')}} + INTERVAL {GAP_SLACK_S} SECOND
+          AND affects_this_vm AND event_id != ''
+          AND lower(vm_id) IN (SELECT vm_id FROM annotated)
+    ) AS t ON t.vm_id = a.vm_id AND t.observed_at <= a.latest_
+    LEFT JOIN
+    (
+        SELECT lower(vm_id) AS vm_id, groupArray(hour) AS hours_
+        FROM heartbeat_hours
+        WHERE hour >= toStartOfHour(toDateTime({{since:DateTime64(3, 'UTC')}}, 'UTC')) - INTERVAL 1 HOUR
+          AND hour < {{until:DateTime64(3, 'UTC')}}
+          AND lower(vm_id) IN (SELECT vm_id FROM annotated)
+        GROUP BY vm_id
+    ) AS h ON h.vm_id = a.vm_id
+)
+WHERE downtime_ OR event_id != ''
+ORDER BY changed_at, vm_name, annotation
+-- an annotation change's copies share its changed_at, hence its month: FINAL may work partition by partition
+SETTINGS do_not_merge_across_partitions_select_final = 1
+""",
+    {"since": "DateTime64", "until": "DateTime64"},
+)
+
 ALL: tuple[Query, ...] = (
     VM_HISTORY,
     EVENT_SUMMARY,
@@ -456,6 +551,7 @@ ALL: tuple[Query, ...] = (
     APPROVALS,
     COUNTS,
     COVERAGE,
+    GAPS,
 )
 
 
