@@ -19,6 +19,7 @@ from collector.approval import ApprovalPolicy, parse_policy
 from collector.dhcp import DEFAULT_LEASE_GLOBS
 from collector.imds import DEFAULT_BASE_URL
 from collector.imds_policy import DEFAULT_API_VERSION, DEFAULT_INSTANCE_API_VERSION, SCHEDULED_EVENTS_VERSIONS
+from collector.webhook import FORMATS as WEBHOOK_FORMATS
 from sevents import records
 from sevents.config import build, host_port_problems, one_of, read_toml_document, read_toml_section
 from sevents.errors import ConfigError
@@ -69,6 +70,7 @@ class CollectorSettings:
     webhook_url: str = field(default="", repr=False)
     webhook_event_types: tuple[str, ...] = ("Preempt", "Terminate")
     webhook_timeout: float = 5.0
+    webhook_format: str = "json"  # json (the wire record), slack or teams: the body the receiver accepts
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")  # a new boot id: the VM rebooted
     tick_interval: float = 0.5  # the steady tick that measures pauses and keeps the last moment alive
     pause_min: float = 1.5  # a gap between ticks this long is a pause of the VM (a Freeze), not a slow thread
@@ -143,6 +145,7 @@ def validate(s: CollectorSettings) -> list[str]:
             problems.append("webhook_url must be an http:// or https:// URL (value not shown)")
         for name in s.webhook_event_types:
             problems += one_of("webhook_event_types", name, records.EVENT_TYPES)
+    problems += one_of("webhook_format", s.webhook_format, WEBHOOK_FORMATS)
     if s.webhook_timeout <= 0:
         problems.append(f"webhook_timeout must be positive, got {s.webhook_timeout}")
     if host_port_problems("metrics_addr", s.metrics_addr):

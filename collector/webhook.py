@@ -5,10 +5,14 @@ central path with a 30 s alert evaluation cannot page in time. Polling never wai
 bounded queue that a thread of its own sends, each retried with backoff for a bounded time; what cannot be
 queued or sent is dropped, counted and logged (the outbox keeps every record regardless).
 
-Payload: one POST per transition, ``Content-Type: application/json``, the body being the wire record itself
-(``sevents/contract.schema.json``: ``record_type`` "transition", ``event_id``, ``event_type``, ``status``,
-``kind``, ``not_before``, ``vm_name``, ...). The URL is a secret for most chat tools (it holds a token): it is
-never logged, only its host.
+Payload: one POST per transition, ``Content-Type: application/json``, in the ``webhook_format`` the receiver
+takes (``body``):
+- ``json`` (default): the wire record itself (``sevents/contract.schema.json``: ``record_type`` "transition",
+  ``event_id``, ``event_type``, ``status``, ``kind``, ``not_before``, ``vm_name``, ...), for a receiver of one's own;
+- ``slack``: ``{"text": ...}``, what a Slack incoming webhook (and Mattermost, Rocket.Chat) accepts;
+- ``teams``: a message with one Adaptive Card, what a Microsoft Teams Workflows webhook accepts.
+Chat tools reject a body that is not their own shape, so the raw record never reaches them. The URL is a secret
+for most chat tools (it holds a token): it is never logged, only its host.
 """
 
 from __future__ import annotations
@@ -31,6 +35,52 @@ log = logging.getLogger(__name__)
 QUEUE_MAX: Final = 256  # records waiting to be sent; beyond, the newest is dropped (counted)
 SEND_FOR_S: Final = 60.0  # how long one record is retried before it is dropped
 KINDS: Final = ("appeared", "status_changed", "updated")  # an event that appears, starts or moves its NotBefore
+FORMATS: Final = ("json", "slack", "teams")
+
+
+def summary(record: Mapping[str, Any]) -> str:
+    """One line a person reads in a chat: what, to which VM, when."""
+    what = {"appeared": "scheduled", "status_changed": "now " + str(record.get("status") or "changed")}.get(
+        str(record.get("kind")), "moved its NotBefore"
+    )
+    line = f"{record.get('event_type') or 'Event'} {what} on {record.get('vm_name') or record.get('vm_id') or '?'}"
+    if record.get("not_before"):
+        line += f", NotBefore {record['not_before']}"
+    source = f", source {record['event_source']}" if record.get("event_source") else ""
+    return f"{line} (event {record.get('event_id') or '?'}{source})"
+
+
+def body(record: Mapping[str, Any], fmt: str = "json") -> dict[str, Any]:
+    """What one POST carries for ``record`` in the format ``fmt`` (one of ``FORMATS``)."""
+    if fmt == "slack":
+        return {"text": summary(record)}
+    if fmt == "teams":
+        facts = [
+            {"title": title, "value": str(record[key])}
+            for title, key in (
+                ("VM", "vm_name"),
+                ("Status", "status"),
+                ("NotBefore", "not_before"),
+                ("EventId", "event_id"),
+            )
+            if record.get(key)
+        ]
+        card = {
+            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+            "type": "AdaptiveCard",
+            "version": "1.4",
+            "body": [
+                {"type": "TextBlock", "text": summary(record), "wrap": True, "weight": "Bolder"},
+                {"type": "FactSet", "facts": facts},
+            ],
+        }
+        return {
+            "type": "message",
+            "attachments": [
+                {"contentType": "application/vnd.microsoft.card.adaptive", "contentUrl": None, "content": card}
+            ],
+        }
+    return dict(record)
 
 
 class Webhook:
@@ -43,8 +93,9 @@ class Webhook:
         *,
         timeout_s: float = 5.0,
         backoff: Optional[Backoff] = None,
+        fmt: str = "json",
     ) -> None:
-        self.url, self.event_types, self.timeout_s = url, tuple(event_types), timeout_s
+        self.url, self.event_types, self.timeout_s, self.fmt = url, tuple(event_types), timeout_s, fmt
         self.backoff = backoff or Backoff(initial=0.5, cap=10.0)
         self.host = urlsplit(url).hostname or "?"
         self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue(QUEUE_MAX)
@@ -75,11 +126,11 @@ class Webhook:
             self._send(record, stop)
 
     def _send(self, record: Mapping[str, Any], stop: threading.Event) -> None:
-        body = json.dumps(dict(record), sort_keys=True, separators=(",", ":")).encode()
+        data = json.dumps(body(record, self.fmt), sort_keys=True, separators=(",", ":")).encode()
         deadline = time.monotonic() + SEND_FOR_S
         for attempt in range(1, 1000):
             request = urllib.request.Request(  # noqa: S310 -- the configured http(s) URL (validated at start)
-                self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+                self.url, data=data, method="POST", headers={"Content-Type": "application/json"}
             )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310

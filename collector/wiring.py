@@ -161,7 +161,12 @@ def _open_outbox(settings: CollectorSettings) -> Outbox:
 def _webhook(settings: CollectorSettings, metrics: CollectorMetrics) -> Webhook | None:
     if not settings.webhook_url:
         return None
-    webhook = Webhook(settings.webhook_url, settings.webhook_event_types, timeout_s=settings.webhook_timeout)
+    webhook = Webhook(
+        settings.webhook_url,
+        settings.webhook_event_types,
+        timeout_s=settings.webhook_timeout,
+        fmt=settings.webhook_format,
+    )
     webhook.on_post = metrics.webhook_post
     metrics.webhook_ready()
     return webhook

@@ -51,9 +51,9 @@ class Receiver:
         self.httpd.server_close()
 
 
-def _run(imds: FakeImds, state: Path, hook: Receiver) -> subprocess.Popen[bytes]:
+def _run(imds: FakeImds, state: Path, hook: Receiver, **extra: str) -> subprocess.Popen[bytes]:
     argv = [COLLECTOR, "run", "--imds-url", imds.base_url, "--state-dir", str(state), "--min-request-interval", "0"]
-    env = clean_env(SEVENTS_WEBHOOK_URL=hook.url, SEVENTS_POLL_INTERVAL="1.0")
+    env = clean_env(SEVENTS_WEBHOOK_URL=hook.url, SEVENTS_POLL_INTERVAL="1.0", **extra)
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -107,3 +107,46 @@ def test_a_webhook_url_must_be_http_and_its_types_known(tmp_path: Path) -> None:
     assert "did you mean 'Terminate'?" in message
     settings = load_settings(env={"SEVENTS_WEBHOOK_URL": "https://hooks.example/T0K3N"})
     assert settings.webhook_event_types == ("Preempt", "Terminate") and "T0K3N" not in repr(settings)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["slack", "teams"])
+def test_a_chat_tool_gets_its_own_shape_of_message(imds: FakeImds, tmp_path: Path, fmt: str) -> None:
+    """With webhook_format slack or teams the receiver gets a chat message naming the event, its type, the VM and
+    the NotBefore, never the raw record a chat tool would reject."""
+    hook = Receiver()
+    collector = _run(imds, tmp_path / "state", hook, SEVENTS_WEBHOOK_FORMAT=fmt)
+    try:
+        deadline = time.monotonic() + 60
+        while not _served_after(imds, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        imds.set_document(2, [event("PRE-9", event_type="Preempt")])
+        while not hook.received and time.monotonic() < deadline:
+            time.sleep(0.02)
+        collector.send_signal(signal.SIGTERM)
+        _, err = collector.communicate(timeout=30)
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+        hook.close()
+    assert collector.returncode == 0, err.decode()
+    (_, message), *_ = hook.received
+    if fmt == "slack":
+        assert list(message) == ["text"]
+        text = message["text"]
+    else:
+        assert message["type"] == "message"
+        (attachment,) = message["attachments"]
+        assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+        card = attachment["content"]
+        assert card["type"] == "AdaptiveCard"
+        text = card["body"][0]["text"]
+        facts = {fact["title"]: fact["value"] for fact in card["body"][1]["facts"]}
+        assert facts["VM"] == "web-0" and facts["EventId"] == "PRE-9" and facts["Status"] == "Scheduled"
+    assert text.startswith("Preempt scheduled on web-0, NotBefore ") and "PRE-9" in text
+    assert "record_type" not in json.dumps(message)
+
+
+def test_an_unknown_webhook_format_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"webhook_format.*did you mean 'slack'"):
+        load_settings(env={"SEVENTS_WEBHOOK_URL": "https://hooks.example.com/x", "SEVENTS_WEBHOOK_FORMAT": "slak"})
