@@ -71,7 +71,7 @@ class Rule:
 
 def _active_events(types: str, value: str) -> str:
     return (
-        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS)} "
+        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS, 'events_since')} "
         f"WHERE {f.active()} AND event_type IN {types} ORDER BY event_id"
     )
 

@@ -43,7 +43,7 @@ RELEASED_BY: Final = (
 )
 DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f.vm_filter()}"
 # the lifecycle of each event is all these panels show: no sets, Resources or observed impact to pay for
-EVENTS = f.since(f.OVERLAPPING_IDS, "event_lifecycles")
+EVENTS = f.since(f.OVERLAPPING_IDS, "event_lifecycles_since")
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 
 

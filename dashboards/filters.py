@@ -124,10 +124,18 @@ OVERLAPPING_IDS: Final = (
 )
 
 
-def since(ids: str, view: str = "events") -> str:
-    """``events``, ``event_vms`` or a narrower view of events (``event_lifecycles``, ``event_impacts``), only the
-    events ``ids`` selects, read from the first day of those events on."""
-    return queries.since(ids, view, f"{DB}.", rows_after=_rows_after(ids))
+# The parameterised views of events a panel reads through ``since``, named whole so that a search for one finds
+# every panel that reads it (ingest/schema.sql shows them; ``events_since`` has every column).
+SINCE_VIEWS: Final = ("events_since", "event_vms_since", "event_lifecycles_since", "event_impacts_since")
+
+
+def since(ids: str, view: str) -> str:
+    """``view`` (one of ``SINCE_VIEWS``: ``events_since``, ``event_vms_since`` or a narrower view of events),
+    only the events ``ids`` selects, read from the first day of those events on."""
+    if view not in SINCE_VIEWS:
+        raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
+    # queries.since names the view without its suffix (the audit catalogue shares it)
+    return queries.since(ids, view.removesuffix("_since"), f"{DB}.", rows_after=_rows_after(ids))
 
 
 # No rollup row of an event a panel can show is older than its first observation, at most LOOKBACK_DAYS before
@@ -142,7 +150,8 @@ def _rows_after(ids: str) -> str:
 
 
 def scoped(ids: str) -> str:
-    """``event_vms`` like ``since``, each VM with its set: ``fault_set``, ``fault_set_id``, ``fault_domain_label``.
+    """``event_vms_since`` like ``since`` (through ``queries.scoped``), each VM with its set: ``fault_set``,
+    ``fault_set_id``, ``fault_domain_label``.
 
     Per-domain figures group by ``fault_set_id`` with the domain: FD 0 of two sets is two rows.
     """
@@ -158,7 +167,8 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 
 
 def event_sets(ids: str) -> str:
-    """Per event: ``availability_set`` (join by ``event_id``; a row's set: scale_set, else that)."""
+    """Per event: ``availability_set`` from ``events_since`` (through ``queries.event_sets``; join by ``event_id``;
+    a row's set: scale_set, else that)."""
     return queries.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
 
 

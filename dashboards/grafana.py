@@ -2,7 +2,8 @@
 
 Plugin facts the JSON relies on: a target carries ``rawSql``, ``editorType: "sql"`` and a numeric
 ``format`` (0 time series, 1 table, 2 logs); every datasource reference goes through the ``$datasource``
-variable so one dashboard works against any ClickHouse data source.
+variable so one dashboard works against any ClickHouse data source. Every SQL text is laid out on indented lines
+(``sqlformat.readable``: whitespace only), so a panel's query reads in Grafana's editor as written by hand.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from dashboards.sqlformat import readable
 
 PLUGIN_ID: Final = "grafana-clickhouse-datasource"
 # 4.19.0 moved macro expansion to macropro with ClickHouse-native $__timeGroup/$__timeFrom/$__timeTo;
@@ -58,7 +61,7 @@ def target(sql: str, fmt: int, ref_id: str = "A") -> dict[str, Any]:
         "editorType": "sql",
         "format": fmt,
         "queryType": "timeseries" if fmt == FORMAT_TIME_SERIES else "table",
-        "rawSql": sql,
+        "rawSql": readable(sql),
         "pluginVersion": MIN_PLUGIN_VERSION,
     }
 
@@ -133,8 +136,8 @@ def query_variable(name: str, label: str, sql: str, *, multi: bool = True, inclu
         "label": label,
         "type": "query",
         "datasource": dict(DATASOURCE),
-        "definition": sql,
-        "query": {"rawSql": sql, "editorType": "sql", "format": FORMAT_TABLE},
+        "definition": readable(sql),
+        "query": {"rawSql": readable(sql), "editorType": "sql", "format": FORMAT_TABLE},
         "multi": multi,
         "includeAll": include_all,
         "current": current if include_all else {},

@@ -81,7 +81,7 @@ def panels() -> list[g.Panel | g.Row]:
             f"SELECT time, {LANE} AS vm, state FROM (SELECT observed_at AS time, {LANE_COLUMNS}, {STATE} AS state "
             f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
             f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE_COLUMNS}, "
-            f"{at_start} AS state FROM {f.since(f.OVERLAPPING_IDS, 'event_vms')} WHERE {f.overlapping_range()} "
+            f"{at_start} AS state FROM {f.since(f.OVERLAPPING_IDS, 'event_vms_since')} WHERE {f.overlapping_range()} "
             f"AND first_seen_at < $__fromTime AND {lanes}) AS l INNER JOIN {f.event_sets(f.OVERLAPPING_IDS)} AS s "
             "USING (event_id) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,
@@ -100,7 +100,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, outcome, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains "
-            f"FROM {f.since(f.OVERLAPPING_IDS)} WHERE {f.overlapping_range()} AND {f.event_filter()} "
+            f"FROM {f.since(f.OVERLAPPING_IDS, 'events_since')} WHERE {f.overlapping_range()} AND {f.event_filter()} "
             "ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
