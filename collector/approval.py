@@ -11,6 +11,13 @@ Two things are decided apart from those rules. With ``approve_user_initiated`` a
 started (EventSource User) is approved at once by every VM it names, with no hook and whatever the windows say:
 polling turned Scheduled Events on, and without an approval the user's own reboot would wait up to NotBefore.
 Maintenance ``windows`` (UTC) are the last rule: outside them the policy leaves the event to the platform.
+
+Events naming several VMs. One approval releases an event for every VM in its Resources, so the approver
+above does not wait for the others' drains. ``multi_vm = "coordinator"`` hands such events to the central
+coordinator (``sevents-ingest coordinate``): each covered VM runs its pre-hook and records ``ready``, none POSTs,
+and the coordinator approves once every VM (or its quorum) is ready. ``"approve-without-waiting"`` says in so many
+words that the approver goes ahead alone; left unset, that is what happens, and the approver logs a warning each
+time. An event naming one VM keeps the path above whatever ``multi_vm`` says.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from collector.windows import Window, parse_window, within
 
 SECTION: Final = "approval"
 APPROVERS: Final = ("first-in-resources", "self")
+COORDINATOR: Final = "coordinator"  # multi_vm: the central coordinator approves events naming several VMs
+WITHOUT_WAITING: Final = "approve-without-waiting"  # multi_vm: the approver does not wait for the others
+MULTI_VM: Final = (COORDINATOR, WITHOUT_WAITING)
 SOURCES: Final = ("Platform", "User")
 # The event types an approval can shorten (Scheduled Events docs); Terminate and Preempt have their own notice.
 APPROVABLE_TYPES: Final = ("Reboot", "Redeploy", "Freeze", "Preempt", "Terminate")
@@ -69,6 +79,7 @@ class ApprovalPolicy:
     hook_env: tuple[str, ...] = ()  # names of the collector's environment passed on to hooks (besides the usual)
     hook_output_bytes: int = 4096  # the tail of a hook's output kept
     log_hook_output: bool = False  # that tail goes to the log (otherwise only its size)
+    multi_vm: str = ""  # events naming several VMs: COORDINATOR, WITHOUT_WAITING; "" unset (= without waiting)
 
     @property
     def runs_hooks(self) -> bool:
@@ -96,12 +107,19 @@ def decide(policy: ApprovalPolicy, event: Event, vm_name: str, now: datetime) ->
         return Decision(ACT, USER_INITIATED, vm_name, hooks=False)
     if failed:
         return Decision(SKIP, failed, "")
+    if policy.multi_vm == COORDINATOR and is_multi_vm(event):
+        return Decision(DRAIN_ONLY, COORDINATOR, COORDINATOR)  # drain, record ready; the coordinator approves
     if policy.approver == "self":
         return Decision(ACT, "self", vm_name)
     first = event.resources[0]
     if _same_vm(first, vm_name):
         return Decision(ACT, "first-in-resources", vm_name)
     return Decision(DRAIN_ONLY, "first-in-resources", first)
+
+
+def is_multi_vm(event: Event) -> bool:
+    """Whether ``event`` names more than one VM (names compare case-insensitively)."""
+    return len({r.lower() for r in event.resources}) > 1
 
 
 def in_window(policy: ApprovalPolicy, now: datetime) -> bool:
@@ -150,6 +168,7 @@ KEYS: Final = (
     "hook_env",
     "hook_output_bytes",
     "log_hook_output",
+    "multi_vm",
 )
 _FLAGS: Final = ("enabled", "approve_user_initiated", "dry_run", "dry_run_hooks", "log_hook_output")
 
@@ -193,6 +212,9 @@ def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, 
     cap = table.get("hook_output_bytes", ApprovalPolicy.hook_output_bytes)
     if type(cap) is not int or not 0 <= cap <= OUTPUT_CAP:
         problems.append(f"{where}: hook_output_bytes must be a whole number of bytes in [0, {OUTPUT_CAP}], got {cap!r}")
+    multi_vm = table.get("multi_vm", "")
+    if "multi_vm" in table and multi_vm not in MULTI_VM:
+        problems.append(f"{where}: multi_vm must be one of {', '.join(MULTI_VM)}, got {multi_vm!r}")
     if problems:
         return ApprovalPolicy(), problems
     return (
@@ -212,6 +234,7 @@ def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, 
             hook_env=tuple(hook_env),
             hook_output_bytes=cap,
             log_hook_output=flags["log_hook_output"],
+            multi_vm=str(multi_vm),
         ),
         [],
     )

@@ -154,6 +154,19 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
 
+    p = sub.add_parser(
+        "coordinate",
+        allow_abbrev=False,
+        help="approve events naming several VMs once their collectors report them ready (ingest/coordinator.py)",
+        description='Watch the collectors\' readiness records ([approval] multi_vm = "coordinator") and approve '
+        "each event through Azure's Maintenance API once its VMs are ready, under the [coordinator] table of "
+        "--config (ingest/README.md, Coordinator).",
+    )
+    _common(p)
+    p.add_argument("--once", action="store_true", help="one look at the recent decisions, then exit")
+    p.add_argument("--name", help="this coordinator in its records and logs (default coordinator@HOST:PID)")
+    p.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+
     p = sub.add_parser("audit", allow_abbrev=False, help="answer audit questions from the history")
     audit = p.add_subparsers(dest="question", required=True)
     a = audit.add_parser("vm", allow_abbrev=False, help="what happened to a VM between two times")
@@ -293,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(settings, args)
         if args.command == "reconcile":
             return _reconcile(settings, args)
+        if args.command == "coordinate":
+            return _coordinate(settings, args)
         return _audit(settings, args)
     except IngestError as error:
         print(f"sevents-ingest: {error}", file=sys.stderr)
@@ -356,6 +371,28 @@ def _reconcile(settings: IngestSettings, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return reconcile.run(settings, stop, once=args.once, apply_migrations=not args.no_migrate)
+
+
+def _coordinate(settings: IngestSettings, args: argparse.Namespace) -> int:
+    from ingest import coordinator, coordinator_settings  # the Azure SDKs load only for this command
+
+    try:
+        own = coordinator_settings.load(file=args.config, env=os.environ, flags={"name": args.name})
+    except ConfigError as error:
+        print(error_lines("sevents-ingest", error), file=sys.stderr)
+        return exit_code(error)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        log.info("stopping", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    client = open_client(settings, stop)
+    if not args.no_migrate:
+        migrate(client, settings.target)
+    return coordinator.run(own, client, settings.database, stop, once=args.once)
 
 
 @contextlib.contextmanager

@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 # The tables of a config file: one file may serve every program, each reading its own table (the collector reads
 # two: its settings and its approval policy, collector.approval.SECTION). Any other table is a mistake.
-TABLES: Final = ("collector", "approval", "ingest")
+TABLES: Final = ("collector", "approval", "ingest", "coordinator")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}

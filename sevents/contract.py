@@ -160,7 +160,8 @@ IMPACT: Final = (
 )
 
 # A decision of the collector's approval policy (collector/approver.py) about one event: approved through IMDS,
-# left to the approving VM, refused by its hook, not covered by the policy, or the post-event hook's run.
+# left to the approving VM, ready for the coordinator, refused by its hook, not covered by the policy, or the
+# post-event hook's run; or a decision of the central coordinator (ingest/coordinator.py, vm_id "coordinator").
 APPROVAL: Final = (
     *COMMON,
     _text("approval_id", key=True),
@@ -168,7 +169,7 @@ APPROVAL: Final = (
     _text(
         "decision",
         "approved | approve_failed | left_to_approver | hook_failed | hook_timeout | hook_interrupted | "
-        "not_covered | post_hook | dry_run_approved",
+        "not_covered | post_hook | dry_run_approved | ready",
         column=_LC,
         key=True,
     ),

@@ -37,6 +37,9 @@ DECISION_HOOK_INTERRUPTED: Final = "hook_interrupted"  # the collector stopped w
 DECISION_NOT_COVERED: Final = "not_covered"
 DECISION_POST_HOOK: Final = "post_hook"
 DECISION_DRY_RUN_APPROVED: Final = "dry_run_approved"  # [approval] dry_run: would have been approved, nothing sent
+# [approval] multi_vm = "coordinator": this VM's pre-hook succeeded (or it has none) and the central coordinator
+# (sevents-ingest coordinate) approves the event once enough of its VMs are ready; this VM never POSTs it.
+DECISION_READY: Final = "ready"
 DECISIONS: Final = (
     DECISION_APPROVED,
     DECISION_APPROVE_FAILED,
@@ -47,6 +50,7 @@ DECISIONS: Final = (
     DECISION_NOT_COVERED,
     DECISION_POST_HOOK,
     DECISION_DRY_RUN_APPROVED,
+    DECISION_READY,
 )
 
 # How the collector noticed its VM was down (collector/downtime.py).

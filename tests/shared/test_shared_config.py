@@ -94,7 +94,8 @@ def test_a_misspelt_table_is_a_problem_with_a_suggestion(tmp_path: Path) -> None
         build(Example, file=file, section="example", env={}, flags={})
     assert caught.value.problems == [
         f"config file {file}: unknown table [colector]; did you mean [collector]?",
-        f"config file {file}: unknown table [zzz]; a config file holds [collector], [approval], [ingest], [example]",
+        f"config file {file}: unknown table [zzz]; a config file holds [collector], [approval], [ingest], "
+        "[coordinator], [example]",
     ]
 
 

@@ -13,6 +13,7 @@ import yaml
 from collector.approval import SECTION as APPROVAL_SECTION
 from collector.settings import SECTION as COLLECTOR_SECTION
 from collector.settings import load_approval, load_settings
+from ingest.coordinator_settings import SECTION as COORDINATOR_SECTION
 from ingest.settings import SECTION as INGEST_SECTION
 from ingest.settings import load
 from sevents.config import TABLES
@@ -76,4 +77,4 @@ def test_every_shipped_config_loads_in_every_program(name: str, tmp_path: Path) 
 
 def test_every_program_table_is_a_known_table() -> None:
     """The tables the programs read are the ones a config file may hold, and no other."""
-    assert {COLLECTOR_SECTION, APPROVAL_SECTION, INGEST_SECTION} == set(TABLES)
+    assert {COLLECTOR_SECTION, APPROVAL_SECTION, INGEST_SECTION, COORDINATOR_SECTION} == set(TABLES)

@@ -1,0 +1,319 @@
+"""The coordinator (``sevents-ingest coordinate``): approval after every affected VM is ready, through a loopback
+Maintenance API (bearer token from a loopback managed identity), one blob lease per event in Azurite.
+
+The collectors' records go in through the ingest's handler, at the moment their hooks would have ended (1, 3 and
+5 s of simulated hook time); the coordinator is polled in between, as its loop does every poll_interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.coordinator import Coordinator, Store, judge
+from ingest.coordinator_azure import Acknowledger, BlobLeases, make_credential
+from ingest.coordinator_settings import CoordinatorSettings, load
+from ingest.handler import Handler
+from sevents.errors import ConfigError
+from tests.eventhubs.azurite import AZURITE, running_azurite
+
+from .conftest import deliveries
+from .coordinator_data import appeared, decided, decisions, event
+from .fake_arg import FakeArg
+from .fake_maintenance import FakeMaintenance
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ("web-0", "web-1", "web-2")
+needs_azurite = pytest.mark.skipif(not AZURITE.exists(), reason="Azurite missing: bash scripts/setup.sh --test")
+
+
+@pytest.fixture
+def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeArg, FakeMaintenance, str]]:
+    """A token endpoint (App Service managed identity), the Maintenance API, and Azurite's connection string."""
+    arg = FakeArg({}).start()
+    maintenance = FakeMaintenance(arg.tokens).start()
+    for name, value in arg.identity_env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        with running_azurite(tmp_path / "azurite") as azurite:
+            yield arg, maintenance, azurite.connection_string
+    finally:
+        maintenance.close()
+        arg.close()
+
+
+def _settings(maintenance: FakeMaintenance, connection_string: str, **overrides: Any) -> CoordinatorSettings:
+    base = CoordinatorSettings(
+        event_types=("Reboot",),
+        arm_endpoint=maintenance.url,
+        credential="managed_identity",
+        lease_connection_string=connection_string,
+        lease_s=15,
+        poll_interval=0.2,
+        name="coord-a",
+    )
+    return replace(base, **overrides)
+
+
+def _coordinator(s: CoordinatorSettings, ch: Any, db: str) -> Coordinator:
+    credential = make_credential(s.credential)
+    acks = Acknowledger(credential, s.arm_endpoint, s.api_version, name=s.coordinator_name, timeout_s=5)
+    leases = BlobLeases.from_settings(s.connection_string(), "", s.lease_container, credential, s.lease_s)
+    return Coordinator(s, Store(ch, db), acks, leases)
+
+
+def _drive(
+    coordinator: Coordinator, handler: Handler, t0: datetime, timeline: list[tuple[float, dict[str, Any]]], until: float
+) -> dict[int, float]:
+    """Store each record of ``timeline`` at t0 + its offset, polling the coordinator every 0.2 s until t0 + until;
+    returns when (time.time()) each record was stored."""
+    stored: dict[int, float] = {}
+    start = time.time() - (datetime.now(UTC) - t0).total_seconds()
+    while time.time() < start + until:
+        for i, (offset, record) in enumerate(timeline):
+            if i not in stored and time.time() >= start + offset:
+                handler(deliveries([record], prefix=f"r{i}"))
+                stored[i] = time.time()
+        coordinator.once()
+        time.sleep(0.2)
+    return stored
+
+
+@needs_azurite
+def test_three_vms_are_approved_after_the_last_ready_record_and_not_before(
+    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str]
+) -> None:
+    """Hooks of 1, 3 and 5 s: one acknowledge, after the third ready record, on the first VM's resource."""
+    arg, maintenance, connection_string = azure
+    coordinator = _coordinator(_settings(maintenance, connection_string), ch, db)
+    t0 = datetime.now(UTC)
+    e = event("E-three", NAMES, t0 + timedelta(minutes=15))
+    handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
+    timeline = [
+        (s, decided(e, name, "ready", t0 + timedelta(seconds=s), s)) for s, name in zip((1, 3, 5), NAMES, strict=True)
+    ]
+    stored = _drive(coordinator, handler, t0, timeline, until=7.0)
+
+    (ack,) = maintenance.acks
+    assert ack.status == 200 and ack.event_id == "E-three" and ack.api_version == "2025-11-01"
+    assert ack.resource.endswith("/providers/Microsoft.Compute/virtualMachines/web-0")
+    assert "coord-a" in ack.user_agent
+    assert ack.at >= stored[2] > stored[1] > stored[0]  # after the last ready record was stored, not before
+    (record,) = decisions(ch, db)
+    assert (record["decision"], record["rule"], record["approver"], record["http_status"]) == (
+        "approved",
+        "coordinator",
+        "coord-a",
+        200,
+    )
+    decided_at = record["decided_at"].replace(tzinfo=UTC)
+    assert decided_at >= t0 + timedelta(seconds=5)
+    print(
+        "three-VM timeline (s after t0): ready",
+        [round(stored[i] - t0.timestamp(), 2) for i in range(3)],
+        "acknowledge POST",
+        round(ack.at - t0.timestamp(), 2),
+        "approved decided_at",
+        round((decided_at - t0).total_seconds(), 2),
+    )
+    assert arg.log.tokens_issued >= 1
+
+
+@needs_azurite
+@pytest.mark.parametrize("third", ["hook_failed", "silent"])
+def test_a_failed_or_silent_vm_leaves_the_event_to_the_platform_at_the_deadline(
+    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str], third: str
+) -> None:
+    """Two VMs ready, the third failed its hook or never reported: nothing is POSTed, and at NotBefore - deadline_s
+    the coordinator records the event as left to the platform."""
+    _, maintenance, connection_string = azure
+    coordinator = _coordinator(_settings(maintenance, connection_string, deadline_s=3.0), ch, db)
+    t0 = datetime.now(UTC)
+    e = event("E-" + third, NAMES, t0 + timedelta(seconds=6))
+    handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
+    timeline = [
+        (s, decided(e, name, "ready", t0 + timedelta(seconds=s), s))
+        for s, name in zip((0.5, 1), NAMES[:2], strict=True)
+    ]
+    if third == "hook_failed":
+        timeline.append((1.5, decided(e, "web-2", "hook_failed", t0 + timedelta(seconds=1.5), 1.5, hook_exit=3)))
+    _drive(coordinator, handler, t0, timeline, until=4.5)
+
+    assert maintenance.acks == []
+    (record,) = decisions(ch, db)
+    rule = "hook_failed" if third == "hook_failed" else "deadline"
+    assert (record["decision"], record["rule"], record["approver"], record["http_status"]) == (
+        "not_covered",
+        rule,
+        "",
+        None,
+    )
+    assert t0 + timedelta(seconds=3) <= record["decided_at"].replace(tzinfo=UTC) < t0 + timedelta(seconds=6)
+
+
+def _ready(names: tuple[str, ...], t0: datetime, **kw: Any) -> list[Any]:
+    from ingest.coordinator import Report
+
+    return [
+        Report("E", f"id-{n}", n, "ready", "Reboot", t0 + timedelta(minutes=15), t0, **kw)  # type: ignore[arg-type]
+        for n in names
+    ]
+
+
+def test_the_rules_types_sources_duration_quorum() -> None:
+    """judge, pure: each rule of the [coordinator] table in turn."""
+    from ingest.coordinator import APPROVE, LEAVE, WAIT, Facts
+
+    t0 = datetime(2026, 11, 21, 2, 0, tzinfo=UTC)
+    s = CoordinatorSettings(event_types=("Reboot",), max_duration_s=60, lease_connection_string="x")
+    facts = Facts(NAMES, "Platform", 30, False)
+    two = _ready(NAMES[:2], t0)
+    assert judge(s, two, facts, t0).action == WAIT
+    assert judge(replace(s, quorum="2"), two, facts, t0).action == APPROVE
+    assert judge(s, _ready(NAMES, t0), facts, t0).action == APPROVE
+    assert judge(s, _ready(NAMES, t0), replace(facts, event_source="User"), t0).action == APPROVE  # both by default
+    assert judge(
+        replace(s, sources=("Platform",)), _ready(NAMES, t0), replace(facts, event_source="User"), t0
+    ).rule == ("source")
+    assert judge(s, _ready(NAMES, t0), replace(facts, duration_s=600), t0).rule == "duration"
+    assert judge(s, _ready(NAMES, t0), replace(facts, over=True), t0).rule == "scheduled"
+    assert judge(replace(s, event_types=("Freeze",)), _ready(NAMES, t0), facts, t0).rule == "event_type"
+    late = t0 + timedelta(minutes=14)
+    assert (judge(s, two, facts, late).action, judge(s, two, facts, late).rule) == (LEAVE, "deadline")
+    assert judge(replace(s, windows=("Sat 22:00-23:00",)), _ready(NAMES, t0), facts, t0).rule == "window"
+    assert judge(s, _ready(NAMES, t0), None, t0).action == WAIT  # Resources unknown: wait for the transitions
+
+
+def test_the_coordinator_table_lists_every_problem(tmp_path: Path) -> None:
+    path = tmp_path / "sevents.toml"
+    path.write_text('[coordinator]\nevent_types = ["Reboto"]\nquorum = "most"\nlease_s = 5\ndeadline_s = -1\n')
+    with pytest.raises(ConfigError) as raised:
+        load(file=path, env={}, flags={})
+    text = "\n".join(raised.value.problems)
+    for word in ("Reboto", "quorum", "lease_s", "deadline_s", "leases"):
+        assert word in text
+    path.write_text('[ingest]\n\n[coordinator]\nevent_types = ["Reboot"]\nquorum = 2\n')
+    s = load(file=path, env={"SEVENTS_COORDINATOR_LEASE_CONNECTION_STRING": "UseDevelopmentStorage=true"}, flags={})
+    assert s.needed == 2 and s.event_types == ("Reboot",)
+
+
+# -- two coordinators, one killed mid-decision ------------------------------------------------------------------
+
+
+def _helper(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.ingest.coordinator_data", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+def _start(name: str, directory: Path, config: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from ingest.cli import main; sys.exit(main())",
+        "coordinate",
+        "--config",
+        str(config),
+        "--clickhouse",
+        f"chdb://{directory}",
+        "--database",
+        "sevents",
+        "--name",
+        name,
+    ]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+@needs_azurite
+def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
+    tmp_path: Path, azure: tuple[FakeArg, FakeMaintenance, str]
+) -> None:
+    """Two coordinator processes; the first acknowledge is held and its sender SIGKILLed while it waits for the
+    answer. The other takes the event over once the lease expires and records it (approved, answer unheard)
+    without POSTing again: exactly one acknowledge per event, one decision per event."""
+    arg, maintenance, connection_string = azure
+    maintenance.hold_first = True
+    t0 = datetime.now(UTC)
+    events = [
+        event(f"E-{i}", tuple(f"{p}-{i}" for p in ("app", "db", "web")), t0 + timedelta(minutes=15)) for i in range(3)
+    ]
+    lines = []
+    for e in events:
+        lines += [appeared(e, n, t0) for n in e.resources]
+        lines += [decided(e, n, "ready", t0 + timedelta(seconds=1), 1) for n in e.resources]
+    seed = tmp_path / "seed.jsonl"
+    seed.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    directories = {name: tmp_path / f"ch-{name}" for name in ("coord-a", "coord-b")}
+    for directory in directories.values():
+        _helper("seed", str(directory), str(seed))  # each process its own embedded copy of the shared table
+    config = tmp_path / "sevents.toml"
+    config.write_text(
+        "[coordinator]\n"
+        'event_types = ["Reboot"]\n'
+        f'arm_endpoint = "{maintenance.url}"\n'
+        'credential = "managed_identity"\n'
+        "lease_s = 15\npoll_interval = 0.3\n"
+    )
+    env = {
+        **os.environ,
+        **arg.identity_env,
+        "SEVENTS_COORDINATOR_LEASE_CONNECTION_STRING": connection_string,
+        "PYTHONPATH": str(ROOT),
+    }
+    procs = {n: _start(n, d, config, env, tmp_path / f"{n}.log") for n, d in directories.items()}
+    try:
+        _wait(lambda: maintenance.held.is_set() or any(p.poll() is not None for p in procs.values()), 60)
+        assert maintenance.held.is_set(), [(tmp_path / f"{n}.log").read_text(errors="replace") for n in procs]
+        held = next(a for a in maintenance.acks if a.status == 200)
+        victim = next(n for n in procs if f"({n})" in held.user_agent)
+        survivor = next(n for n in procs if n != victim)
+        procs[victim].send_signal(signal.SIGKILL)
+        procs[victim].wait(10)
+        killed_at = time.time()
+        # the survivor acknowledges the other events and, once the lease is gone, records the held one
+        _wait(lambda: len({a.event_id for a in maintenance.acks}) == 3, 60)
+        time.sleep(18)  # past the victim's lease: the survivor resumes the held event
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(20)
+        maintenance.release.set()
+    rows = {n: [json.loads(x) for x in _helper("dump", str(d)).splitlines()] for n, d in directories.items()}
+    logs = {n: (tmp_path / f"{n}.log").read_text(errors="replace") for n in procs}
+
+    posts = sorted(a.event_id for a in maintenance.acks)
+    assert posts == ["E-0", "E-1", "E-2"], (posts, logs)  # exactly one acknowledge per event
+    all_rows = rows[victim] + rows[survivor]
+    assert sorted(r["event_id"] for r in all_rows) == ["E-0", "E-1", "E-2"], (all_rows, logs)  # one decision each
+    assert all(r["decision"] == "approved" for r in all_rows)
+    (resumed,) = [r for r in all_rows if r["event_id"] == held.event_id]
+    assert resumed in rows[survivor] and resumed["http_status"] is None  # sent by the victim, answer unheard
+    assert resumed["approver"] == victim and resumed["vm_name"] == victim
+    assert datetime.fromisoformat(resumed["decided_at"].replace("Z", "+00:00")).timestamp() < killed_at
+    assert "resuming a decision another coordinator did not finish" in logs[survivor]
