@@ -124,12 +124,9 @@ class Acknowledger:
 
 
 def _blob_sdk() -> Any:
-    """azure-storage-blob when installed; otherwise the copy the checkpoint store package ships (the ingest's
-    own dependency for Event Hubs checkpoints)."""
-    try:
-        from azure.storage import blob  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        from azure.eventhub.extensions.checkpointstoreblob._vendor.storage import blob
+    """azure-storage-blob (the central extra's dependency), imported when a coordinator starts."""
+    from azure.storage import blob
+
     return blob
 
 
