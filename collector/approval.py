@@ -15,9 +15,10 @@ Maintenance ``windows`` (UTC) are the last rule: outside them the policy leaves 
 Events naming several VMs. One approval releases an event for every VM in its Resources, so the approver
 above does not wait for the others' drains. ``multi_vm = "coordinator"`` hands such events to the central
 coordinator (``sevents-ingest coordinate``): each covered VM runs its pre-hook and records ``ready``, none POSTs,
-and the coordinator approves once every VM (or its quorum) is ready. ``"approve-without-waiting"`` says in so many
-words that the approver goes ahead alone; left unset, that is what happens, and the approver logs a warning each
-time. An event naming one VM keeps the path above whatever ``multi_vm`` says.
+and the coordinator approves once every VM (or its quorum) is ready. That is the default: without a coordinator
+running, such an event starts at its NotBefore, each VM drained, never while another still drains.
+``"approve-without-waiting"`` says in so many words that the approver goes ahead alone (the old behaviour; a VM
+still draining may be paused or rebooted). An event naming one VM keeps the path above whatever ``multi_vm`` says.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class ApprovalPolicy:
     hook_env: tuple[str, ...] = ()  # names of the collector's environment passed on to hooks (besides the usual)
     hook_output_bytes: int = 4096  # the tail of a hook's output kept
     log_hook_output: bool = False  # that tail goes to the log (otherwise only its size)
-    multi_vm: str = ""  # events naming several VMs: COORDINATOR, WITHOUT_WAITING; "" unset (= without waiting)
+    multi_vm: str = COORDINATOR  # events naming several VMs: wait for the coordinator, or WITHOUT_WAITING
 
     @property
     def runs_hooks(self) -> bool:
@@ -212,8 +213,8 @@ def parse_policy(table: Mapping[str, Any], where: str) -> tuple[ApprovalPolicy, 
     cap = table.get("hook_output_bytes", ApprovalPolicy.hook_output_bytes)
     if type(cap) is not int or not 0 <= cap <= OUTPUT_CAP:
         problems.append(f"{where}: hook_output_bytes must be a whole number of bytes in [0, {OUTPUT_CAP}], got {cap!r}")
-    multi_vm = table.get("multi_vm", "")
-    if "multi_vm" in table and multi_vm not in MULTI_VM:
+    multi_vm = table.get("multi_vm", COORDINATOR)
+    if multi_vm not in MULTI_VM:
         problems.append(f"{where}: multi_vm must be one of {', '.join(MULTI_VM)}, got {multi_vm!r}")
     if problems:
         return ApprovalPolicy(), problems

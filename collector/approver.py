@@ -21,10 +21,10 @@ is never POSTed: the decision that would have sent it is recorded as ``dry_run_a
 (a long drain may end after its window closed): outside them the event is left to the platform, recorded as
 ``not_covered`` with the rule ``window``.
 
-Events naming several VMs. With ``multi_vm = "coordinator"`` a covered VM runs its pre-hook and records
+Events naming several VMs. With ``multi_vm = "coordinator"`` (the default) a covered VM runs its pre-hook and records
 ``ready`` (hook succeeded, or none), never POSTing: the central coordinator approves once the event's VMs are
 ready (``ingest/coordinator.py``). In a dry run it records ``left_to_approver`` instead, which no coordinator acts
-on. Without ``multi_vm`` the approver goes ahead alone, as before, and says so in the log.
+on; ``multi_vm = "approve-without-waiting"`` lets the approver go ahead alone.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from collector.approval import (
     ApprovalPolicy,
     decide,
     in_window,
-    is_multi_vm,
 )
 from collector.enrich import approval_record
 from collector.imds import ImdsClient, ImdsError, ImdsInterrupted
@@ -221,13 +220,6 @@ class Approver:
         if self.policy.dry_run:
             log.info("dry run: event not approved", extra={"event_id": job.event.event_id, "rule": job.rule})
             return outcome(records.DECISION_DRY_RUN_APPROVED)
-        if job.rule != USER_INITIATED and not self.policy.multi_vm and is_multi_vm(job.event):
-            log.warning(
-                "approving an event that names several VMs without waiting for the others' pre-hooks: set "
-                '[approval] multi_vm = "coordinator" (with sevents-ingest coordinate) to wait for them, or '
-                'multi_vm = "approve-without-waiting" to say this is meant',
-                extra={"event_id": job.event.event_id, "resources": len(job.event.resources)},
-            )
         sent = outcome(records.DECISION_APPROVED)  # what a restart records if no answer is heard
         entry = {"stage": SENDING, "hooked": True, "hooks": job.hooks, "event": event_to_json(job.event)}
         entry["outcome"] = _outcome_json(sent)

@@ -77,14 +77,17 @@ def test_nothing_is_approved_unless_the_policy_covers_it(policy: ApprovalPolicy,
 @settings(max_examples=examples(1000))
 @given(events)
 def test_exactly_one_affected_vm_approves_under_first_in_resources(event: Event) -> None:
-    """Of all the VMs an event names, exactly one acts when the policy covers it; the rest drain only."""
-    policy = ApprovalPolicy(enabled=True, event_types=TYPES)
+    """Of all the VMs an event names, exactly one acts when the policy covers it and says not to wait for the
+    others; the rest drain only. By default an event naming several VMs waits for the coordinator: none acts."""
+    policy = ApprovalPolicy(enabled=True, event_types=TYPES, multi_vm="approve-without-waiting")
     affected = sorted({r.lower() for r in event.resources})
     actions = [decide(policy, event, vm, NOW).action for vm in affected]
+    waiting = [decide(ApprovalPolicy(enabled=True, event_types=TYPES), event, vm, NOW).action for vm in affected]
     if event.status != "Scheduled" or not affected:
-        assert set(actions) <= {SKIP}
+        assert set(actions) <= {SKIP} and set(waiting) <= {SKIP}
     else:
         assert actions.count(ACT) == 1 and set(actions) <= {ACT, DRAIN_ONLY}
+        assert waiting == actions if len(affected) == 1 else set(waiting) == {DRAIN_ONLY}
 
 
 def test_the_default_policy_is_off() -> None:

@@ -42,7 +42,7 @@ def test_the_table_reads_multi_vm_and_refuses_anything_else(tmp_path: Path) -> N
     policy, problems = parse_policy({"event_types": ["Reboot"], "multi_vm": "coordinator"}, "t")
     assert problems == [] and policy.multi_vm == "coordinator"
     policy, problems = parse_policy({"event_types": ["Reboot"]}, "t")
-    assert problems == [] and policy.multi_vm == ""  # unset: the approver goes ahead alone (and warns)
+    assert problems == [] and policy.multi_vm == "coordinator"  # unset: wait for the coordinator, the safe way
     _, problems = parse_policy({"event_types": ["Reboot"], "multi_vm": "wait"}, "t")
     assert any("multi_vm must be one of coordinator, approve-without-waiting" in p for p in problems)
 

@@ -1,4 +1,6 @@
-"""The approval policy against the IMDS simulator: real collectors, real hook processes, approvals over HTTP."""
+"""The approval policy against the IMDS simulator: real collectors, real hook processes, approvals over HTTP. Their
+events name several VMs, approved here without waiting for the others (``multi_vm = "approve-without-waiting"``);
+the default, waiting for the coordinator, is tested in test_edges_approval_coordinator.py."""
 
 from __future__ import annotations
 
@@ -112,7 +114,12 @@ def _affected(sim: SimServer) -> list[dict[str, Any]]:
 @pytest.mark.slow
 def test_a_reboot_approved_after_its_hook_starts_long_before_not_before(tmp_path: Path) -> None:
     """One approval per event (the first VM in Resources), after its hook; the event starts then, not at NotBefore."""
-    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    policy = ApprovalPolicy(
+        multi_vm="approve-without-waiting",
+        enabled=True,
+        event_types=("Reboot",),
+        pre_hook=_hook(tmp_path, "sys.exit(0)"),
+    )
     with SimServer(load_scenario("approve-drain"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         affected = _affected(sim)
@@ -196,7 +203,12 @@ def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -
 @pytest.mark.slow
 def test_an_event_the_policy_does_not_cover_is_never_approved(tmp_path: Path) -> None:
     """A Reboot under a policy for Redeploy only: no hook, no approval, and a not_covered record naming the rule."""
-    policy = ApprovalPolicy(enabled=True, event_types=("Redeploy",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    policy = ApprovalPolicy(
+        multi_vm="approve-without-waiting",
+        enabled=True,
+        event_types=("Redeploy",),
+        pre_hook=_hook(tmp_path, "sys.exit(0)"),
+    )
     with SimServer(_scenario(notice=60.0), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         resources = _affected(sim)[0]["resources"]
@@ -218,6 +230,7 @@ def test_the_post_hook_runs_once_the_event_is_gone(tmp_path: Path) -> None:
         event_types=("Reboot",),
         pre_hook=_hook(tmp_path, "sys.exit(0)"),
         post_hook=_hook(post, "sys.exit(0)"),
+        multi_vm="approve-without-waiting",
     )
     with SimServer(_scenario(ends=20), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
         _wait(lambda: bool(_affected(sim)) and all(r["ended_at"] for r in _affected(sim)))
@@ -236,7 +249,12 @@ def test_the_post_hook_runs_once_the_event_is_gone(tmp_path: Path) -> None:
 def test_an_approval_sent_before_a_crash_is_recorded_at_the_restart(tmp_path: Path) -> None:
     """The ledger said "sending" when the collector died: the restart records the approval (no HTTP status heard)
     and neither decides the event again nor runs its hook again."""
-    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    policy = ApprovalPolicy(
+        multi_vm="approve-without-waiting",
+        enabled=True,
+        event_types=("Reboot",),
+        pre_hook=_hook(tmp_path, "sys.exit(0)"),
+    )
     with SimServer(_scenario(), speed=SPEED).start() as sim:
         settings = CollectorSettings(
             imds_url=sim.vm_base_url("web-0"), state_dir=tmp_path / "web-0", min_request_interval=0.0
@@ -270,7 +288,12 @@ def test_an_approval_sent_before_a_crash_is_recorded_at_the_restart(tmp_path: Pa
 def test_a_hook_cut_short_by_a_restart_is_recorded_once_the_event_went_on(tmp_path: Path) -> None:
     """A drain-only VM whose collector died in its hook (the approver's release rebooted it): after the restart the
     event is Started, so the hook is not run again and the decision is hook_interrupted, with the rule it had."""
-    policy = ApprovalPolicy(enabled=True, event_types=("Reboot",), pre_hook=_hook(tmp_path, "sys.exit(0)"))
+    policy = ApprovalPolicy(
+        multi_vm="approve-without-waiting",
+        enabled=True,
+        event_types=("Reboot",),
+        pre_hook=_hook(tmp_path, "sys.exit(0)"),
+    )
     with SimServer(_scenario(), speed=SPEED).start() as sim:
         # web-2 is the second VM of fault domain 0: it drains, web-0 approves.
         settings = CollectorSettings(
