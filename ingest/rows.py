@@ -101,6 +101,27 @@ class Batch:
             )
         )
 
+    def row(self, table: str, index: int) -> dict[str, Any]:
+        """One row of ``table`` (its place in origin order) by column name (timestamps as aware datetimes)."""
+        columns = self.columns[table]
+        head = 0 if columns is None else columns.num_rows
+        if index < head and columns is not None:
+            found: dict[str, Any] = columns.slice(index, 1).to_pylist()[0]
+            return found
+        return dict(zip(COLUMNS_OF[table], self.rows[table][index - head], strict=True))
+
+    def remove(self, table: str, indexes: set[int]) -> list[Delivery]:
+        """Take the rows of ``table`` at ``indexes`` (places in origin order) out; their deliveries, in order."""
+        origins = self.origins[table]
+        columns = self.columns[table]
+        head = 0 if columns is None else columns.num_rows
+        if columns is not None:
+            keep = [i for i in range(head) if i not in indexes]
+            self.columns[table] = columns.take(pa.array(keep, pa.int64())) if keep else None
+        self.rows[table] = [row for j, row in enumerate(self.rows[table]) if head + j not in indexes]
+        self.origins[table] = [o for i, o in enumerate(origins) if i not in indexes]
+        return [origins[i] for i in sorted(indexes)]
+
     def records(self) -> int:
         """Record rows (dead letters not counted)."""
         return sum(len(o) for o in self.origins.values())
@@ -110,6 +131,26 @@ class Batch:
         columns, rows = self.columns[table], self.rows[table]
         found = [] if columns is None or not columns.num_rows else [pc.min(columns.column(name)).as_py()]
         return min(found + column(table, rows, name), default=None)
+
+    def distinct(self, table: str, name: str) -> list[Any]:
+        """The distinct values of one field over ``table``'s rows, sorted."""
+        columns = self.columns[table]
+        found = set() if columns is None else set(pc.unique(columns.column(name)).to_pylist())
+        return sorted(found | set(column(table, self.rows[table], name)))
+
+    def repeats(self, table: str, name: str) -> bool:
+        """Whether a value of one field occurs more than once over ``table``'s rows."""
+        columns, rows = self.columns[table], self.rows[table]
+        if not rows:
+            return columns is not None and pc.count_distinct(columns.column(name)).as_py() < columns.num_rows
+        values = self.values(table, name)
+        return len(set(values)) < len(values)
+
+    def latest(self, table: str, name: str) -> Any:
+        """The largest value of one field over ``table``'s rows (None when it has none)."""
+        columns, rows = self.columns[table], self.rows[table]
+        found = [] if columns is None or not columns.num_rows else [pc.max(columns.column(name)).as_py()]
+        return max([v for v in found + column(table, rows, name) if v is not None], default=None)
 
     def split(self) -> tuple[Batch, Batch]:
         """Two halves of the record rows (the dead letters go with the first), to corner a row ClickHouse refuses.

@@ -58,6 +58,9 @@ class IngestSettings:
     # A stable name per worker (e.g. its pod or unit instance) lets a restarted worker resume its partitions at
     # once instead of after the expiry; empty: a random id per start. Two live workers must never share one.
     eventhubs_owner_id: str = ""
+    # Seconds a VM's clock may run ahead of the hub's: a record from Event Hubs observed later than its enqueued
+    # time plus this is dead-lettered (reason future); an old one is fine (a backlog).
+    eventhubs_clock_skew: float = 300.0
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
@@ -127,6 +130,8 @@ def validate(s: IngestSettings) -> list[str]:
     else:
         problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB or eventhubs")
     problems += balance_problems(s.eventhubs_load_balancing_interval, s.eventhubs_ownership_expiry)
+    if not (math.isfinite(s.eventhubs_clock_skew) and s.eventhubs_clock_skew >= 0):
+        problems.append("eventhubs_clock_skew must be a number of seconds, 0 or more")
     for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):
         path = getattr(s, name)
         if path is not None and not path.is_file():

@@ -18,7 +18,8 @@ still being read; a worker that died without coming back loses them when its cla
 (``ownership_expiry``), to whoever has room. On a clean stop the claims are released for immediate takeover.
 
 For each batch a receiver turns the events into ``Delivery`` objects (body bytes, position, application
-properties as text), calls ``deliver`` inside a span linked to each event's W3C ``traceparent``, and only
+properties as text, and the partition key and enqueued time the service reports: ``Provenance``), calls
+``deliver`` inside a span linked to each event's W3C ``traceparent``, and only
 after ``deliver`` returned checkpoints the partition at the batch's last event (written beside the receive
 path, so the next batch need not wait for the blob). ``deliver`` is called from several receivers at once:
 it must be thread-safe (``ingest.handler.Handler`` is).
@@ -54,7 +55,7 @@ from opentelemetry.trace import Link, TracerProvider
 from ingest.eh_async import AsyncCredential, LoopThread
 from ingest.eh_balance import Claim, plan
 from ingest.eh_receiver import PartitionReceiver, start_position
-from ingest.source import Deliver, Delivery
+from ingest.source import Deliver, Delivery, Provenance
 from sevents.retry import Backoff
 from sevents.tracing import TRACEPARENT, parse_traceparent
 
@@ -89,12 +90,16 @@ def body_bytes(event: EventData) -> bytes:
 
 
 def to_delivery(partition_id: str, event: EventData) -> Delivery:
-    """One event as a ``Delivery``: position ``eventhubs:<partition>:<sequence number>``, properties as text."""
+    """One event as a ``Delivery``: position ``eventhubs:<partition>:<sequence number>``, properties as text, and
+    its provenance: the partition key it was sent under and the service's enqueued time (the ingest stores the
+    record only if it could be that VM's own: ``ingest.handler.vouch``)."""
     properties: Mapping[str | bytes, Any] = event.properties or {}
+    key = event.partition_key
     return Delivery(
         payload=body_bytes(event),
         position=f"eventhubs:{partition_id}:{event.sequence_number}",
         properties={_text(k): _text(v) for k, v in properties.items()},
+        provenance=Provenance(None if key is None else _text(key), event.enqueued_time),
     )
 
 

@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from opentelemetry.metrics import MeterProvider
@@ -86,6 +87,7 @@ def build(
         limits=settings.limits,
         metrics=metrics,
         on_stored=on_stored,
+        clock_skew=timedelta(seconds=settings.eventhubs_clock_skew),
     )
     source = source or make_source(settings, until_idle=until_idle)
     backlog = _outbox_backlog(source) if isinstance(source, OutboxSource) else None

@@ -49,6 +49,7 @@ from ingest.clickhouse import CLIENT_ERRORS, about_the_data
 from ingest.columns import LAYOUTS, arrow_table
 from ingest.errors import RejectedRows, StoreError
 from ingest.rows import DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
+from sevents import contract
 
 # Each record table's PARTITION BY (the migrations): the column and toYYYYMM ("month") or toYYYYMMDD ("day").
 # The materialized views' tables are partitioned by month of the same times, so a block within N partitions
@@ -84,7 +85,37 @@ _UNIT_S: Final = {
     "year": 365 * 86400,
 }
 
+# What a stored row is compared by when a record with its key comes again (``stored_versions``): every field of
+# the record (not where or when it was stored), and how the read is narrowed to the batch's keys: columns of the
+# sorting key the keys fix, and a time the key includes (so the read prunes partitions).
+COMPARED: Final = {contract.TABLES[t]: contract.names(fields) for t, fields in contract.CONTRACT.items()}
+_TIMES: Final = {
+    contract.TABLES[t]: frozenset(f.name for f in fields if f.kind == "time") for t, fields in contract.CONTRACT.items()
+}
+_NARROW: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
+    "transitions": (("vm_id", "event_id"), None),  # ORDER BY (vm_id, event_id, ...): both in the key
+    "heartbeats": (("vm_id",), "observed_at"),  # the key is (vm_id, observed_at)
+    "impacts": (("vm_id",), "began_at"),  # the key is (vm_id, detected_by, began_at)
+    "approvals": (("vm_id", "event_id"), None),  # the key is (vm_id, event_id, decision)
+}
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MS: Final = timedelta(milliseconds=1)
+
 log = logging.getLogger(__name__)
+
+
+def comparable(value: Any) -> Any:
+    """A field's value in the form a stored row is compared in: timestamps as milliseconds since the epoch, maps
+    as sorted pairs (a dict, or Arrow's list of pairs), lists as tuples."""
+    if isinstance(value, datetime):
+        return ((value if value.tzinfo else value.replace(tzinfo=UTC)) - _EPOCH) // _MS
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    if isinstance(value, list):
+        if value and isinstance(value[0], tuple):
+            return tuple(sorted(value))
+        return tuple(value)
+    return value
 
 
 class Writer:
@@ -144,6 +175,62 @@ class Writer:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
         return dropped
+
+    def stored_versions(self, table: str, batch: Batch) -> dict[str, list[tuple[Any, ...]]]:
+        """Key -> every stored version (``COMPARED`` fields, ``comparable``) of the keys of ``table``'s rows of
+        ``batch`` that are stored.
+
+        Two reads, the second rare. The first lists the stored keys in the batch's ranges of the sorting key
+        (its VMs, and its events or times: ``_NARROW``) without sending the keys (binding ten thousand keys
+        costs more than the read); a batch of new records finds none of its own there. Only keys found
+        are read in full. Raises StoreError if ClickHouse does not answer. Identifiers are our own
+        contract's names, never input; values are bound.
+        """
+        if not batch.origins[table]:
+            return {}
+        key_column = KEY_OF[table]
+        where, parameters = self._narrow(table, batch)
+        try:
+            listed = self.client.query(
+                f"SELECT DISTINCT {key_column} FROM {self.database}.{table} WHERE {where}",  # noqa: S608 -- our names; values bound
+                parameters=parameters,
+            ).result_rows
+            if not listed:  # the common case: nothing stored in the batch's ranges
+                return {}
+            found = {str(row[0]) for row in listed}.intersection(map(str, batch.values(table, key_column)))
+            if not found:
+                return {}
+            names, times = COMPARED[table], _TIMES[table]
+            select = ", ".join(f"toUnixTimestamp64Milli({n})" if n in times else n for n in names)
+            rows = self.client.query(
+                f"SELECT {select} FROM {self.database}.{table} "  # noqa: S608 -- our names; values bound
+                f"WHERE {where} AND {key_column} IN {{keys:Array(String)}}",
+                parameters={**parameters, "keys": sorted(found)},
+            ).result_rows
+        except CLIENT_ERRORS as error:
+            raise StoreError(f"cannot look the batch's keys up in {table}: {_short(error)}") from error
+        at = names.index(key_column)
+        versions: dict[str, list[tuple[Any, ...]]] = {}
+        for row in rows:
+            versions.setdefault(str(row[at]), []).append(tuple(comparable(v) for v in row))
+        return versions
+
+    @staticmethod
+    def _narrow(table: str, batch: Batch) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause (and its parameters) of ``table``'s rows in the batch's ranges of the sorting key."""
+        columns, span = _NARROW[table]
+        where, parameters = [], {}
+        for name in columns:
+            where.append(f"{name} IN {{{name}:Array(String)}}")
+            parameters[name] = [str(v) for v in batch.distinct(table, name)]
+        low, high = (batch.earliest(table, span), batch.latest(table, span)) if span else (None, None)
+        if span and low is not None and high is not None:
+            where.append(
+                f"{span} BETWEEN fromUnixTimestamp64Milli({{low:Int64}}, 'UTC') "
+                f"AND fromUnixTimestamp64Milli({{high:Int64}}, 'UTC')"
+            )
+            parameters.update(low=comparable(low), high=comparable(high))
+        return " AND ".join(where), parameters
 
     def _insert_table(self, table: str, batch: Batch, verify: bool) -> int:
         """A record table's rows, as one Arrow table (the batch decoder's columns, then the other rows), in
