@@ -134,7 +134,7 @@ def test_an_event_announced_weeks_ago_is_read_whole(ch: Any, db: str) -> None:
     _transition(db, ch, "a", 0, "appeared", "Scheduled", 20 * 86400, not_before=_now() + timedelta(days=1))
     _transition(db, ch, "b", 0, "status_changed", "Started", 60)
     _transition(db, ch, "c", 1, "appeared", "Scheduled", 200 * 86400, event_id="E-long-gone")
-    sql = f"SELECT event_id, first_seen_at, started_at, transitions FROM {since(ACTIVE_IDS)}"
+    sql = f"SELECT event_id, first_seen_at, started_at, transitions FROM {since(ACTIVE_IDS, 'events_since')}"
     rows = ch.query(sql.replace("sevents.", f"{db}.")).result_rows
     first, started = ch.query(
         f"SELECT min(observed_at), max(observed_at) FROM {db}.transitions WHERE event_id = 'E-reboot'"
