@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ingest import queries
+from ingest import queries, retention
 from ingest.clickhouse import CLIENT_ERRORS, connect, is_embedded
 from ingest.errors import IngestError
 from ingest.migrate import migrate
@@ -299,8 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(driver).setLevel(logging.ERROR)
     try:
         if args.command == "migrate":
-            applied = migrate(open_client(settings), settings.target)
-            print(f"schema up to date; applied {applied or 'nothing'}")
+            client = open_client(settings)
+            applied = migrate(client, settings.target)
+            changed = retention.apply(client, settings.target, settings.retention)
+            print(f"schema up to date; applied {applied or 'nothing'}; retention changed on {changed or 'nothing'}")
             return 0
         if args.command == "run":
             return _run(settings, args)

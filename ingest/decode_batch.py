@@ -30,10 +30,10 @@ from ingest.decode import FAST_PLANS, Limits, Plan
 from ingest.rules import UINT64
 from sevents import contract, records
 
-# The one wire form, within the years of DateTime64 (1900-2299), hours 00-23 and seconds 00-59: what this
-# accepts, ``rules._time`` accepts too, with the same value (the cast then refuses days a month lacks).
+# The one wire form, within contract.TIME_YEARS (1970-2105), hours 00-23 and seconds 00-59: what this accepts,
+# ``rules._time`` accepts too, with the same value (the cast then refuses days a month lacks).
 WIRE_TIME: Final = (
-    r"^(?:19|2[0-2])\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+    r"^(?:19[7-9]\d|20\d\d|210[0-5])-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
     r"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d\d\dZ$"
 )
 _TIMESTAMP: Final = pa.timestamp("ms", tz="UTC")

@@ -19,6 +19,7 @@ from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
 from ingest.decode import Limits
 from ingest.migrate import Target
+from ingest.retention import Retention
 from sevents.config import build, host_port_problems, one_of
 
 SECTION: Final = "ingest"
@@ -81,10 +82,19 @@ class IngestSettings:
     reconcile_credential: str = "default"
     reconcile_client_id: str = ""
     reconcile_annotation_days: int = 14
+    # How many days each kind of table keeps a row (ingest/retention.py; 0: for ever), applied as TTLs at migrate:
+    # the history (transitions, impacts, approvals, their rollups), raw heartbeats, and dead letters.
+    retention_days: int = 400
+    heartbeat_retention_days: int = 7
+    dead_letter_retention_days: int = 90
 
     @property
     def target(self) -> Target:
         return Target(database=self.database, cluster=self.cluster)
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_days, self.heartbeat_retention_days, self.dead_letter_retention_days)
 
     @property
     def policy(self) -> BatchPolicy:
@@ -130,6 +140,7 @@ def validate(s: IngestSettings) -> list[str]:
     else:
         problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB or eventhubs")
     problems += balance_problems(s.eventhubs_load_balancing_interval, s.eventhubs_ownership_expiry)
+    problems += s.retention.problems()
     if not (math.isfinite(s.eventhubs_clock_skew) and s.eventhubs_clock_skew >= 0):
         problems.append("eventhubs_clock_skew must be a number of seconds, 0 or more")
     for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):

@@ -12,6 +12,7 @@ from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 
+from ingest import retention
 from ingest.clickhouse import connect, connect_waiting
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
@@ -78,6 +79,7 @@ def build(
         applied = migrate(client, settings.target)
         if applied:
             log.info("schema migrated", extra={"versions": applied})
+        retention.apply(client, settings.target, settings.retention)
     metrics = IngestMetrics.create(meter_provider) if meter_provider is not None else None
     handler = Handler(
         Writer(client, settings.database, cluster=bool(settings.cluster), verify_window=settings.verify_window),

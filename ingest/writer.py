@@ -27,7 +27,9 @@ stay idempotent. A batch whose rows span few partitions (the live case) is one i
 older than the ``heartbeats`` table's TTL go in all the same (its materialized views keep them: the hourly
 rollup ``heartbeat_hours`` and ``heartbeats_latest``) but the table itself may drop them at once, so they are
 verified in the rollup instead; those older than the rollup's TTL too are kept nowhere and are not inserted:
-``store`` returns them, counted per table, as dropped for retention.
+``store`` returns them, counted per table, as dropped for retention. Rows of the other tables older than their
+TTL (the retention settings, ``ingest.retention``) are not inserted either, and counted the same way: the TTL
+could take them between the insert and the verifying read, which would then insert them for ever.
 """
 
 from __future__ import annotations
@@ -245,6 +247,8 @@ class Writer:
         dropped = 0
         if table == "heartbeats":
             rows, expiring, dropped = self._by_retention(rows)
+        else:
+            rows, dropped = self._past_retention(table, rows)
         for chunk in partition_chunks(rows, table, self.partitions_per_insert):
             keys = chunk.column(KEY_OF[table]).to_pylist()  # text: the key columns are String
             self._insert_verified(table, chunk, keys, verify)
@@ -274,12 +278,27 @@ class Writer:
         recent, expiring = rows.filter(kept), rows.filter(old)
         return recent, (expiring if expiring.num_rows else None), rows.num_rows - recent.num_rows - expiring.num_rows
 
+    def _past_retention(self, table: str, rows: pa.Table) -> tuple[pa.Table, int]:
+        """``table``'s rows its TTL still keeps, and how many it would not: those are not inserted (the TTL could
+        take them before the verifying read, which would then insert them for ever), only counted. The common
+        case, every row recent or no TTL, costs one minimum over the column."""
+        ttl = self._ttl(table)
+        if ttl is None or not rows.num_rows:
+            return rows, 0
+        times = rows.column(PARTITION_BY[table][0])
+        limit = self.now() - ttl + RETENTION_MARGIN
+        oldest = pc.min(times).as_py()
+        if oldest is None or oldest >= limit:
+            return rows, 0
+        kept = rows.filter(pc.greater_equal(times, pa.scalar(limit, times.type)))
+        return kept, rows.num_rows - kept.num_rows
+
     def _ttl(self, table: str) -> timedelta | None:
         """How long ``table`` keeps a row: its TTL as the schema says (read again every few minutes); None, for
         ever. On a cluster the TTL is on the local tables."""
         now = time.monotonic()
         if self._retention is None or now - self._retention[0] > RETENTION_REFRESH_S:
-            names = [f"heartbeats{self._local}", f"{HEARTBEAT_ROLLUP}{self._local}"]
+            names = [f"{name}{self._local}" for name in (*PARTITION_BY, HEARTBEAT_ROLLUP)]
             found = self.client.query(
                 "SELECT name, engine_full FROM system.tables "
                 "WHERE database = {db:String} AND name IN {names:Array(String)}",

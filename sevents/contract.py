@@ -32,7 +32,9 @@ INT64: Final = (-(2**63), 2**63 - 1)
 UINT64: Final = (0, 2**64 - 1)
 UINT32: Final = (0, 2**32 - 1)
 UINT16: Final = (0, 2**16 - 1)
-TIME_YEARS: Final = (1900, 2299)  # the range of ClickHouse DateTime64
+# The years a record's times may fall in: those ClickHouse's DateTime can hold (1970-2105), which the tables' TTLs
+# and partitions count in; a later or earlier time (a broken clock) would wrap there and vanish or live for ever.
+TIME_YEARS: Final = (1970, 2105)
 
 KINDS: Final = ("text", "int", "bool", "time", "texts", "counts")
 
@@ -294,7 +296,7 @@ def _short(value: Any) -> str:
 
 
 def is_wire_time(value: Any) -> bool:
-    """The one wire timestamp form (``2026-11-21T23:23:24.123Z``) within the DateTime64 range."""
+    """The one wire timestamp form (``2026-11-21T23:23:24.123Z``) within ``TIME_YEARS``."""
     if type(value) is not str or len(value) != 24 or value[10] != "T" or value[23] != "Z":
         return False
     try:

@@ -34,7 +34,9 @@ def test_the_dashboards_show_who_approved_each_event(ch: Any, ch_path: Path, tmp
     name it, its rule and hook, and the event counts as released by sevents, not by someone outside it."""
     config = tmp_path / "collector.toml"
     hook = ", ".join(json.dumps(a) for a in (sys.executable, "-c", "import time; time.sleep(0.2)"))
-    config.write_text(f'[collector]\n\n[approval]\nevent_types = ["Reboot"]\npre_hook = [{hook}]\n')
+    # the event names two VMs: approved by the first without waiting for the other (no coordinator runs here)
+    policy = f'event_types = ["Reboot"]\npre_hook = [{hook}]\nmulti_vm = "approve-without-waiting"\n'
+    config.write_text(f"[collector]\n\n[approval]\n{policy}")
     began = datetime.now(UTC)
     fleet = start(
         tmp_path / "run",

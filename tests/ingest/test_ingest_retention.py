@@ -4,15 +4,22 @@ only where it differs, and never by rewriting the history at once."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from demo import synthetic
 from ingest import retention
+from ingest.decode import Limits
+from ingest.handler import prepare
 from ingest.migrate import Target, migrate
 from ingest.retention import TABLES, Retention
+from ingest.writer import Writer
+
+from .conftest import deliveries
 
 
 def ttls(ch: Any, database: str) -> dict[str, str]:
@@ -71,3 +78,16 @@ def test_only_zero_or_a_sane_number_of_days_is_accepted(history: int, heartbeats
     problems = Retention(history, heartbeats, dead).problems()
     bad = [d for d in (history, heartbeats, dead) if not 0 <= d <= 36_500]
     assert len(problems) == len(bad)
+
+
+def test_a_record_older_than_its_tables_retention_is_counted_dropped_not_retried(ch: Any, fresh: str) -> None:
+    """With a 30-day history, a transition from 40 days ago is dropped for retention (never inserted, so never
+    verified missing for ever), the recent one of the same batch stored."""
+    retention.apply(ch, Target(database=fresh), Retention(history_days=30))
+    now = datetime.now(UTC)
+    old = synthetic.transition(event_id="E-old", observed_at=now - timedelta(days=40))
+    new = synthetic.transition(event_id="E-new", observed_at=now - timedelta(days=1))
+    batch, _ = prepare(deliveries([old, new]), source="t", limits=Limits(), received_at=now)
+    assert Writer(ch, fresh).store(batch) == {"transitions": 1}
+    stored = ch.query(f"SELECT event_id FROM {fresh}.transitions").result_rows
+    assert stored == [("E-new",)]
