@@ -115,6 +115,19 @@ def parser() -> argparse.ArgumentParser:
         type=float,
         help="seconds to wait for an embedded directory another process holds, then exit 1 (default 300)",
     )
+    # the same names as the collector's (and the settings'); secrets (connection strings) come from files or the
+    # environment only, never a command line
+    p.add_argument("--eventhubs-namespace", help="eventhubs source: the namespace, fully qualified (managed identity)")
+    p.add_argument(
+        "--eventhubs-name", help="eventhubs source: the event hub (default scheduled-events, as Bicep makes it)"
+    )
+    p.add_argument("--eventhubs-consumer-group", help="eventhubs source: the consumer group (default sevents-ingest)")
+    p.add_argument(
+        "--checkpoint-blob-url", help="eventhubs source: https://ACCOUNT.blob.core.windows.net (managed identity)"
+    )
+    p.add_argument(
+        "--checkpoint-container", help="eventhubs source: the checkpoints' blob container (default sevents-checkpoints)"
+    )
     p.add_argument(
         "--eventhubs-load-balancing-interval",
         type=float,
@@ -170,7 +183,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", allow_abbrev=False, help="answer audit questions from the history")
     audit = p.add_subparsers(dest="question", required=True)
     a = audit.add_parser("vm", allow_abbrev=False, help="what happened to a VM between two times")
-    a.add_argument("vm", help="VM name or vmId")
+    a.add_argument("vm", nargs="?", help="VM name or vmId (or --vm, as sevents-report spells it)")
+    a.add_argument("--vm", dest="vm_flag", metavar="VM", help="the same as the positional VM")
     _window(a)
     a = audit.add_parser("event", allow_abbrev=False, help="everything an EventId touched, per fault domain of its set")
     a.add_argument("event_id")
@@ -250,7 +264,13 @@ def parse_when(text: str, now: datetime) -> datetime:
     match = re.fullmatch(r"(\d+)([smhd])", text)
     if match:
         unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[match.group(2)]
-        return now - timedelta(**{unit: int(match.group(1))})
+        try:
+            moment = now - timedelta(**{unit: int(match.group(1))})
+        except OverflowError:
+            moment = datetime.min.replace(tzinfo=UTC)
+        if moment.year < 1970:  # before any record can be (contract.TIME_YEARS): an age that long is a mistake
+            raise ValueError(f"{text!r} reaches back before 1970, before any record; use a shorter age or a time")
+        return moment
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -272,6 +292,11 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
             "clickhouse_lock_wait",
             "eventhubs_load_balancing_interval",
             "eventhubs_ownership_expiry",
+            "eventhubs_namespace",
+            "eventhubs_name",
+            "eventhubs_consumer_group",
+            "checkpoint_blob_url",
+            "checkpoint_container",
             "metrics_addr",
         )
     }
@@ -288,6 +313,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "report":
         return _report(argv[1:])
     args = parser().parse_args(argv)
+    if getattr(args, "question", None) == "vm":
+        named = {v for v in (args.vm, args.vm_flag) if v}
+        if len(named) != 1:
+            print("sevents-ingest: audit vm: name one VM, as VM or --vm VM", file=sys.stderr)
+            return 2
+        args.vm = named.pop()
     try:
         settings = _settings(args)
     except ConfigError as error:

@@ -50,7 +50,7 @@ class IngestSettings:
     retry_initial: float = 0.5
     retry_cap: float = 30.0
     eventhubs_namespace: str = ""  # fully qualified; managed identity
-    eventhubs_name: str = ""
+    eventhubs_name: str = "scheduled-events"  # the hub infra/azure/main.bicep creates (and compose defaults)
     eventhubs_consumer_group: str = "sevents-ingest"  # the group infra/azure/main.bicep creates
     # Seconds between a worker's claim/renew rounds, and how long a claim outlives a silent (dead) owner:
     # a dead worker's partitions are taken over after about ownership_expiry + load_balancing_interval.
@@ -65,7 +65,7 @@ class IngestSettings:
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
-    checkpoint_container: str = ""
+    checkpoint_container: str = "sevents-checkpoints"  # the container infra/azure/main.bicep creates
     checkpoint_connection_string_file: Path | None = None
     checkpoint_connection_string: str = field(default="", repr=False)  # env only
     log_level: str = "info"

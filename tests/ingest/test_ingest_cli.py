@@ -51,11 +51,60 @@ def test_bad_config_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_eventhubs_source_needs_its_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    """--source eventhubs without hub, credentials or checkpoint store names each missing piece."""
+    """--source eventhubs without credentials or checkpoint store names each missing piece; the hub and the
+    container default to the names infra/azure/main.bicep creates, and an empty one is named too."""
     assert cli.main(["run", "--source", "eventhubs", "--clickhouse", "chdb:///tmp/x"]) == 2
     err = capsys.readouterr().err
-    for name in ("eventhubs_name", "eventhubs_namespace", "checkpoint_container", "checkpoint_blob_url"):
+    for name in ("eventhubs_namespace", "checkpoint_blob_url"):
         assert name in err
+    assert "needs eventhubs_name\n" not in err and "checkpoint_container" not in err
+    argv = ["run", "--source", "eventhubs", "--clickhouse", "chdb:///tmp/x", "--eventhubs-name", ""]
+    assert cli.main([*argv, "--checkpoint-container", ""]) == 2
+    err = capsys.readouterr().err
+    for name in ("needs eventhubs_name\n", "checkpoint_container"):
+        assert name in err
+
+
+def test_run_takes_the_event_hubs_settings_as_flags_as_the_collector_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """The namespace, hub, consumer group and checkpoint store are flags of run, spelled as the collector's."""
+    settings = cli._settings(
+        cli.parser().parse_args(
+            [
+                "run",
+                "--source",
+                "eventhubs",
+                "--eventhubs-namespace",
+                "ns.servicebus.windows.net",
+                "--eventhubs-name",
+                "hub",
+                "--eventhubs-consumer-group",
+                "cg",
+                "--checkpoint-blob-url",
+                "https://acct.blob.core.windows.net",
+                "--checkpoint-container",
+                "cp",
+            ]
+        )
+    )
+    assert (settings.eventhubs_namespace, settings.eventhubs_name, settings.eventhubs_consumer_group) == (
+        "ns.servicebus.windows.net",
+        "hub",
+        "cg",
+    )
+    assert (settings.checkpoint_blob_url, settings.checkpoint_container) == ("https://acct.blob.core.windows.net", "cp")
+
+
+def test_audit_vm_takes_the_vm_as_report_spells_it_too(capsys: pytest.CaptureFixture[str]) -> None:
+    """audit vm VM and audit vm --vm VM are the same; neither, or two different VMs, is exit 2 saying so."""
+    assert cli.main(["audit", "vm", "--clickhouse", "chdb:///nonexistent/x"]) == 2
+    assert cli.main(["audit", "vm", "a", "--vm", "b", "--clickhouse", "chdb:///nonexistent/x"]) == 2
+    assert capsys.readouterr().err.count("name one VM, as VM or --vm VM") == 2
+
+
+def test_an_age_reaching_before_any_record_is_a_clean_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for age in ("99999999999d", "999999999999999999999s", "30000d"):
+        assert cli.main(["audit", "events", "--since", age, "--clickhouse", "chdb:///nonexistent/x"]) == 2
+        assert "before 1970" in capsys.readouterr().err
 
 
 def test_parse_when_accepts_now_ages_and_iso_times() -> None:
