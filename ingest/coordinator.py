@@ -366,7 +366,8 @@ def run(
     leases: Leases | None = None,
 ) -> int:
     """``sevents-ingest coordinate``: look every ``poll_interval`` (or once) until ``stop``; the exit code."""
-    from ingest.coordinator_azure import Acknowledger, BlobLeases, make_credential
+    from ingest.azure_identity import make_credential
+    from ingest.coordinator_azure import Acknowledger, BlobLeases
 
     credential = make_credential(settings.credential, settings.client_id)
     name = settings.coordinator_name

@@ -35,6 +35,7 @@ from azure.core.pipeline.policies import (
 )
 from azure.core.rest import HttpRequest
 
+from ingest.azure_identity import credential_scope
 from sevents.version import version
 
 log = logging.getLogger("ingest.coordinator")
@@ -64,23 +65,6 @@ def ack_resource(resource_id: str, subscription_id: str, resource_group: str, vm
             f"/providers/Microsoft.Compute/virtualMachines/{vm_name}"
         )
     return ""
-
-
-def credential_scope(arm_endpoint: str) -> str:
-    parsed = urlparse(arm_endpoint)
-    return f"{parsed.scheme}://{parsed.netloc}/.default"
-
-
-def make_credential(kind: str, client_id: str = "") -> Any:
-    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
-
-    if kind == "managed_identity":
-        return ManagedIdentityCredential(client_id=client_id or None)
-    return DefaultAzureCredential(
-        managed_identity_client_id=client_id or None,
-        workload_identity_client_id=client_id or None,
-        exclude_interactive_browser_credential=True,
-    )
 
 
 class Acknowledger:

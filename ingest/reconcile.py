@@ -34,6 +34,7 @@ from azure.core.exceptions import AzureError
 from azure.core.pipeline.policies import RetryPolicy
 
 from ingest import reconcile_rows as rr
+from ingest.azure_identity import credential_scope, make_credential
 from ingest.clickhouse import CLIENT_ERRORS
 from ingest.errors import IngestError
 from ingest.migrate import migrate
@@ -61,12 +62,6 @@ class Stopped(IngestError):
 PASS_FAILURES: Final[tuple[type[BaseException], ...]] = (ReconcileError, *CLIENT_ERRORS)
 
 
-def credential_scope(arm_endpoint: str) -> str:
-    """The token scope of an ARM endpoint: its origin + ``/.default`` (``https://management.azure.com/.default``)."""
-    parsed = urlparse(arm_endpoint)
-    return f"{parsed.scheme}://{parsed.netloc}/.default"
-
-
 class QuotaRetryPolicy(RetryPolicy[Any, Any]):
     """azure-core's retry policy, which also retries a 429 that has no Retry-After (azure-core retries a POST, as
     every ARG query is, only after a Retry-After or a 500/503/504) and waits out ARG's quota window then."""
@@ -88,20 +83,6 @@ class QuotaRetryPolicy(RetryPolicy[Any, Any]):
             return None  # exponential backoff, as for any 429
         log.info("ARG throttled the query (429): waiting for the quota to reset", extra={"wait_s": resets})
         return min(resets, QUOTA_WAIT_CAP_S)
-
-
-def make_credential(kind: str, client_id: str = "") -> Any:
-    """The identity the reconciler asks tokens of: ``default`` (DefaultAzureCredential: workload identity, managed
-    identity, then developer sign-ins) or ``managed_identity`` (ManagedIdentityCredential alone)."""
-    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
-
-    if kind == "managed_identity":
-        return ManagedIdentityCredential(client_id=client_id or None)
-    return DefaultAzureCredential(
-        managed_identity_client_id=client_id or None,
-        workload_identity_client_id=client_id or None,
-        exclude_interactive_browser_credential=True,
-    )
 
 
 def make_arg_client(credential: Any, arm_endpoint: str) -> Any:

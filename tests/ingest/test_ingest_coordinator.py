@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from ingest.azure_identity import make_credential
 from ingest.coordinator import Coordinator, Store, judge
-from ingest.coordinator_azure import Acknowledger, BlobLeases, make_credential
+from ingest.coordinator_azure import Acknowledger, BlobLeases
 from ingest.coordinator_settings import CoordinatorSettings, load
 from ingest.handler import Handler
 from sevents.errors import ConfigError
