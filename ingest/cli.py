@@ -347,7 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code(error)
 
 
-def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
+def _stop_on_signals() -> threading.Event:
+    """The event a long-running command stops on: set by SIGTERM or SIGINT (logged), never a traceback."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -356,6 +357,11 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
+    stop = _stop_on_signals()
     metrics_server = None
     if settings.metrics_addr:
         try:
@@ -395,14 +401,7 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
 def _reconcile(settings: IngestSettings, args: argparse.Namespace) -> int:
     from ingest import reconcile  # the Azure SDKs load only for this command
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     return reconcile.run(settings, stop, once=args.once, apply_migrations=not args.no_migrate)
 
 
@@ -414,14 +413,7 @@ def _coordinate(settings: IngestSettings, args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(error_lines("sevents-ingest", error), file=sys.stderr)
         return exit_code(error)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        log.info("stopping", extra={"signal": signal.Signals(signum).name})
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = _stop_on_signals()
     client = open_client(settings, stop)
     if not args.no_migrate:
         migrate(client, settings.target)
