@@ -7,6 +7,7 @@ append ``/metadata/scheduledevents?api-version=...`` or ``/metadata/instance?api
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -39,6 +40,19 @@ from simulator.scenario import Scenario
 from simulator.state import CollectorFault, DownSpan, Happening, Served
 
 log = logging.getLogger("simulator")
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """One log line, never socketserver's raw traceback on stderr: a collector that hangs up mid-answer (it
+        was stopped, or timed out) is normal; anything else is a warning."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            log.debug("a client closed its connection mid-request", extra={"error": repr(error)})
+        else:
+            log.warning("a request failed", extra={"error": repr(error)})
+
+
 TICK_S = 0.01  # how often the background ticker advances the engine (wall seconds)
 SERVED_KEPT = 100_000  # answer times kept per VM (a day of polls at 1 s)
 
@@ -78,7 +92,7 @@ class SimServer:
         self._done = threading.Event()
         self._engine: Engine | None = None
         self.faults = FaultBook()
-        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http = _Server((host, port), Handler)
         self._http.daemon_threads = True
         self._http.fleet = self  # type: ignore[attr-defined]  # read by Handler.fleet
         self._threads: list[threading.Thread] = []
