@@ -109,6 +109,11 @@ class CollectorMetrics:
             with self._lock:
                 self._last_ok = self._wall()
 
+    def last_successful_poll(self) -> float:
+        """Unix time of the last successful poll, 0 until the first (the gauge's value; /readyz reads it)."""
+        with self._lock:
+            return self._last_ok
+
     def poll_error(self, kind: str) -> None:
         """One IMDS request or decode failed with ``kind``."""
         self.poll_errors.add(1, {**self._labels, "kind": kind})

@@ -98,6 +98,10 @@ def build_agent(
             approver=_approver(approval, client, outbox, clock, metrics),
         )
         agent = Agent(parts)
+        if settings.metrics_addr:  # the /metrics listener's /healthz and /readyz report on this agent
+            from collector.probes import watch
+
+            watch(agent)
         undo.pop_all()
     return agent
 

@@ -13,6 +13,12 @@ held, and the oldest is closed when another arrives, so idle connections cost ne
 bounded number of file descriptors, and a scrape opened after them is still answered. One request per
 connection (``Connection: close``), as before. Imported only when an address is configured: a collector
 without one never loads it.
+
+The same listener answers ``/healthz`` (live) and ``/readyz`` (ready) from the checks the process registered with
+``HEALTH.watch`` (the collector does, ``collector.probes``): 200 and ``ok``, or 503 and the reason on one line;
+503 ``starting`` while nothing is registered (``sevents-ingest`` registers nothing). ``?max_age=SECONDS`` passes
+another age limit to the check (a probe's configuration); an invalid one is a 400. Every other path answers as
+before: the metrics.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import logging
+import math
 import re
 import selectors
 import socket
@@ -113,6 +120,72 @@ class OpenTelemetryCollector(Collector):
 
 Answer = tuple[str, list[tuple[str, str]], bytes]  # status line text, headers, body
 Handler = Callable[[str, str, Mapping[str, str]], Answer]  # method, target, headers (lower-case names)
+# A health check: given the age limit asked for (None: its own), "" when healthy, else why not (one line).
+Check = Callable[[float | None], str]
+LIVE_PATH: Final = "/healthz"
+READY_PATH: Final = "/readyz"
+
+
+class Health:
+    """The process's liveness and readiness: the checks a component registers once it runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._checks: dict[str, Check] = {}
+
+    def watch(self, *, live: Check, ready: Check) -> None:
+        """Answer /healthz with ``live`` and /readyz with ``ready`` from now on (replacing earlier checks)."""
+        with self._lock:
+            self._checks = {LIVE_PATH: live, READY_PATH: ready}
+
+    def problem(self, path: str, max_age_s: float | None = None) -> str:
+        """Why the process is not live (``LIVE_PATH``) or not ready (``READY_PATH``); "" when it is."""
+        with self._lock:
+            check = self._checks.get(path)
+        if check is None:
+            return "starting: no health check registered yet"
+        try:
+            return check(max_age_s)
+        except Exception as error:  # a check that fails is an answer, not a 500
+            log.exception("health check error")
+            return f"health check failed: {type(error).__name__}"
+
+
+HEALTH = Health()  # one per process, as the listener is
+
+
+def _max_age(query: str) -> float | None:
+    """``max_age`` of the query string in seconds (None when absent); ValueError when not a positive number."""
+    given = parse_qs(query).get("max_age")
+    if not given:
+        return None
+    value = float(given[-1])
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(given[-1])
+    return value
+
+
+def health_handler(health: Health, fallback: Handler) -> Handler:
+    """/healthz and /readyz from ``health`` (200 ``ok`` or 503 and the reason, never cached); other paths from
+    ``fallback``."""
+
+    def handle(method: str, target: str, headers: Mapping[str, str]) -> Answer:
+        url = urlsplit(target)
+        if url.path not in (LIVE_PATH, READY_PATH):
+            return fallback(method, target, headers)
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", [("Allow", "GET, HEAD")], b""
+        plain = [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")]
+        try:
+            max_age_s = _max_age(url.query)
+        except ValueError:
+            return "400 Bad Request", plain, b"max_age: expected a number of seconds above 0\n"
+        problem = health.problem(url.path, max_age_s)
+        if problem:
+            return "503 Service Unavailable", plain, (problem.replace("\n", " ") + "\n").encode()
+        return "200 OK", plain, b"ok\n"
+
+    return handle
 
 
 def metrics_handler(registry: CollectorRegistry) -> Handler:
@@ -346,14 +419,15 @@ class MetricsServer:
         self._server.server_close()
 
 
-def serve(addr: str) -> MetricsServer:
-    """Listen on ``HOST:PORT`` (raises OSError when it cannot bind); figures come from the returned reader."""
+def serve(addr: str, *, health: Health = HEALTH) -> MetricsServer:
+    """Listen on ``HOST:PORT`` (raises OSError when it cannot bind); figures come from the returned reader,
+    /healthz and /readyz from ``health``."""
     host, port = split_host_port(addr)
     reader = InMemoryMetricReader()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(OpenTelemetryCollector(reader))
     ProcessCollector(registry=registry)  # resident memory, CPU seconds, open files: the collector's budget
-    server = MetricsListener(host, port, metrics_handler(registry)).start()
+    server = MetricsListener(host, port, health_handler(health, metrics_handler(registry))).start()
     bound = server.server_address[1]
     log.info("serving /metrics", extra={"metrics_host": host, "metrics_port": bound})
     return MetricsServer(reader=reader, host=host, port=bound, _server=server)
