@@ -9,9 +9,12 @@ values.schema.json and the templates run exactly as ``helm template`` runs them.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -416,10 +419,13 @@ def test_pod_options_reach_the_pod() -> None:
     assert "priorityClassName" not in pod["spec"]
 
 
-def test_probes_run_the_alive_check_which_tells_a_ticking_collector_from_a_stuck_one(tmp_path: Path) -> None:
-    """Startup, liveness and readiness run one command on <stateDir>/alive; run here, it passes on a fresh
-    file and fails on a stale or missing one."""
-    (container,) = one(objects(with_required({})), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+def test_without_metrics_the_probes_run_the_alive_check_which_tells_a_ticking_collector_from_a_stuck_one(
+    tmp_path: Path,
+) -> None:
+    """metrics.enabled false: startup, liveness and readiness run one command on <stateDir>/alive; run here, it
+    passes on a fresh file and fails on a stale or missing one."""
+    values = {"metrics": {"enabled": False}}
+    (container,) = one(objects(with_required(values)), "DaemonSet")["spec"]["template"]["spec"]["containers"]
     probes = [container[p]["exec"]["command"] for p in ("startupProbe", "livenessProbe", "readinessProbe")]
     assert probes[0] == probes[1] == probes[2]
     command = probes[0]
@@ -441,6 +447,106 @@ def test_probes_run_the_alive_check_which_tells_a_ticking_collector_from_a_stuck
     assert probe() == 1
     off = one(objects(with_required({"probes": {"enabled": False}})), "DaemonSet")["spec"]["template"]["spec"]
     assert "livenessProbe" not in off["containers"][0]
+
+
+def probe_containers(values: dict[str, Any]) -> dict[str, Any]:
+    (container,) = one(objects(with_required(values)), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_with_metrics_the_probes_get_healthz_and_readyz_on_the_metrics_port() -> None:
+    """metrics.enabled (the default): startup and liveness GET /healthz with aliveMaxAgeSeconds, readiness GET
+    /readyz with pollMaxAgeSeconds, on the container port named metrics; kubelet connects to the pod's IP unless
+    metrics.host names one address (an IPv6 one without brackets)."""
+    container = probe_containers({})
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz?max_age=60", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz?max_age=60", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz?max_age=120", "port": "metrics"}
+    assert [p["name"] for p in container["ports"]] == ["metrics"]
+    assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] == 600
+    tuned = probe_containers({"probes": {"aliveMaxAgeSeconds": 45, "pollMaxAgeSeconds": 300}})
+    assert tuned["livenessProbe"]["httpGet"]["path"] == "/healthz?max_age=45"
+    assert tuned["readinessProbe"]["httpGet"]["path"] == "/readyz?max_age=300"
+    for host, expected in [("0.0.0.0", None), ("[::]", None), ("10.0.0.4", "10.0.0.4"), ("[fd00::4]", "fd00::4")]:
+        probes = probe_containers({"metrics": {"host": host}})
+        assert {probes[p]["httpGet"].get("host") for p in ("startupProbe", "livenessProbe", "readinessProbe")} == {
+            expected
+        }, host
+    assert "livenessProbe" not in probe_containers({"probes": {"enabled": False}})
+    notes = render_py["render"](with_required({}), notes=True)["sevents-collector/templates/NOTES.txt"]
+    assert "answers /readyz on port 9464" in notes
+    readme = (CHART / "README.md").read_text()
+    assert "`/healthz?max_age=<aliveMaxAgeSeconds>`" in readme and "`/readyz?max_age=<pollMaxAgeSeconds>`" in readme
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_a_loopback_metrics_host_without_the_host_network_is_refused(host: str) -> None:
+    """kubelet probes from outside the pod's network namespace: a loopback listener there never answers it."""
+    message = render_error(with_required({"hostNetwork": False, "metrics": {"host": host}}))
+    assert f'metrics.host "{host}" is the pod\'s own loopback' in message
+    probes = probe_containers({"hostNetwork": True, "metrics": {"host": "127.0.0.1"}})  # the node's loopback: fine
+    assert probes["livenessProbe"]["httpGet"]["host"] == "127.0.0.1"
+
+
+def kubelet_probe(probe: dict[str, Any], container: dict[str, Any], pod_ip: str) -> bool:
+    """One HTTP probe as kubelet runs it: GET the path on the probe's host (else the pod IP) and port (a name is
+    the container port's), within timeoutSeconds; success is a status from 200 to 399."""
+    action = probe["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    port = ports[action["port"]] if isinstance(action["port"], str) else action["port"]
+    connection = http.client.HTTPConnection(action.get("host", pod_ip), port, timeout=probe["timeoutSeconds"])
+    try:
+        connection.request("GET", action["path"])
+        return 200 <= connection.getresponse().status < 400
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+@pytest.mark.slow
+def test_the_charts_probes_pass_against_a_collector_started_from_the_pods_config(tmp_path: Path) -> None:
+    """The pod's config and environment as kubelet gives them (IMDS, state dir and sink pointed at the test's own):
+    every probe fails before the collector listens, then startup, liveness and readiness pass as kubelet runs them."""
+    from tests.collector_edges.fake_imds import FakeImds
+    from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    values = {"metrics": {"port": port}}
+    path, env = pod_config(values, tmp_path, pod_ip="127.0.0.1")
+    container = probe_containers(values)
+    probes = [container[p] for p in ("startupProbe", "livenessProbe", "readinessProbe")]
+    assert not any(kubelet_probe(p, container, "127.0.0.1") for p in probes)
+    imds = FakeImds().start()
+    overrides = {
+        "SEVENTS_IMDS_URL": imds.base_url,
+        "SEVENTS_STATE_DIR": str(tmp_path / "state"),
+        "SEVENTS_SINK": "local",
+        "SEVENTS_MIN_REQUEST_INTERVAL": "0",
+    }
+    process = subprocess.Popen(
+        [COLLECTOR, *container["command"][1:-1], str(path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=clean_env(**env, **overrides),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not kubelet_probe(probes[0], container, "127.0.0.1"):  # kubelet repeats the startup probe
+            assert process.poll() is None and time.monotonic() < deadline, "the startup probe never passed"
+            time.sleep(0.1)
+        while not kubelet_probe(probes[2], container, "127.0.0.1"):  # readiness follows the first poll
+            assert process.poll() is None and time.monotonic() < deadline, "the readiness probe never passed"
+            time.sleep(0.1)
+        assert kubelet_probe(probes[1], container, "127.0.0.1")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        process.wait()
+        imds.stop()
 
 
 def test_the_image_the_chart_runs_is_the_dockerfiles() -> None:

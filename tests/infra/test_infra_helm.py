@@ -74,6 +74,7 @@ def test_chart_renders_and_passes_the_kubernetes_schemas() -> None:
     custom resource the schemas do not know, is checked in test_infra_chart_config.py)."""
     assert_valid(rendered())
     assert_valid(rendered({"hostNetwork": False, "metrics": {"scrape": False}, "priorityClassName": "x"}))
+    assert_valid(rendered({"metrics": {"host": "[fd00::4]"}, "probes": {"pollMaxAgeSeconds": 300}}))  # httpGet.host
     everything = rendered(
         {
             "imagePullSecrets": [{"name": "acr-pull"}],

@@ -63,6 +63,10 @@ values left at their defaults, a release in the "default" namespace, settings th
 {{- $problems = append $problems "workloadIdentity.clientId is required: the client id of the identity allowed to send to the hub (output collectorClientId of infra/azure/main.bicep); or workloadIdentity.enabled=false with eventHubs.connectionStringSecret.name" -}}
 {{- end -}}
 {{- end -}}
+{{- $metricsHost := .Values.metrics.host | default "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if and .Values.metrics.enabled .Values.probes.enabled (not .Values.hostNetwork) (has $metricsHost (list "127.0.0.1" "localhost" "::1")) -}}
+{{- $problems = append $problems (printf "metrics.host %q is the pod's own loopback: without the host network kubelet's probes cannot reach it; leave metrics.host empty (the pod's IP)" .Values.metrics.host) -}}
+{{- end -}}
 {{- $reserved := include "sevents-collector.reservedSettings" . | fromYaml -}}
 {{- range $key, $value := .Values.settings -}}
 {{- if hasKey $reserved $key -}}
@@ -103,8 +107,8 @@ map as an inline table. Null has no TOML form: the key is left out by the caller
 {{- end -}}
 
 {{/*
-The collector's probe: exit 0 while <stateDir>/alive was rewritten within the last N seconds (python -I -S: the
-standard library only, no site-packages, a few milliseconds a run).
+The collector's probe without /metrics: exit 0 while <stateDir>/alive was rewritten within the last N seconds
+(python -I -S: the standard library only, no site-packages, a few milliseconds a run).
 */}}
 {{- define "sevents-collector.aliveProbe" -}}
 exec:
@@ -116,4 +120,32 @@ exec:
     - "import os, sys, time; sys.exit(time.time() - os.stat(sys.argv[1]).st_mtime > float(sys.argv[2]))"
     - {{ printf "%s/alive" (trimSuffix "/" .Values.stateDir) | quote }}
     - {{ .Values.probes.aliveMaxAgeSeconds | quote }}
+{{- end -}}
+
+
+{{/*
+The host kubelet's HTTP probes connect to: the pod's IP (none written) unless metrics.host names one address (a
+wildcard listens on the pod's IP too). An IPv6 address loses its brackets: kubelet adds them.
+*/}}
+{{- define "sevents-collector.probeHost" -}}
+{{- $host := .Values.metrics.host | default "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if not (has $host (list "" "0.0.0.0" "::")) -}}{{ $host }}{{- end -}}
+{{- end -}}
+
+{{/*
+A probe: with /metrics, an HTTP GET of the collector's path (/healthz or /readyz, with its age limit) on the metrics
+port; without, the alive file's exec probe. Called with (list $ "/healthz" maxAgeSeconds).
+*/}}
+{{- define "sevents-collector.probe" -}}
+{{- $root := index . 0 -}}
+{{- if $root.Values.metrics.enabled -}}
+httpGet:
+  {{- with include "sevents-collector.probeHost" $root }}
+  host: {{ . | quote }}
+  {{- end }}
+  path: {{ printf "%s?max_age=%v" (index . 1) (index . 2) }}
+  port: metrics
+{{- else -}}
+{{ include "sevents-collector.aliveProbe" $root }}
+{{- end -}}
 {{- end -}}
