@@ -7,6 +7,8 @@ domains 0-4 inside each set. Events at a constant rate over the year ending now,
 set with a full lifecycle per VM (appeared Scheduled with a NotBefore, Started, gone): one in 20 a Reboot, one
 in 50 a Redeploy, the rest Freeze. The last few events are still under way, so alert rules have rows. Plus
 heartbeats: one per VM per hour for the last seven days (what raw heartbeats keep), one per VM per day before.
+Plus Azure's own account (issue 27): an inventory of the fleet's VMs and 5% more that never ran a collector,
+and 14 days of Resource Health annotations (one per VM of each ended event, a host repair per unannounced pause).
 Plus what collectors with an approval policy for Reboot and Redeploy and downtime measurement send: each VM of
 an ended event measured its downtime (``impacts``: a Freeze's pause, a reboot's minutes; one unannounced pause
 in every 100 events) and recorded its policy's decision (``approvals``: the first VM approves a Reboot or
@@ -220,6 +222,71 @@ FROM
 """
 
 
+SUBSCRIPTION = "11111111-2222-3333-4444-555555555555"
+UNCOVERED_SHARE = 0.05  # VMs of Azure's inventory that never ran a collector: sets of their own, 5% of the fleet
+ANNOTATION_DAYS = 14  # the history of Resource Health annotations ARG keeps (HealthResourceChanges)
+
+
+def inventory_sql(fleet: Fleet) -> str:
+    """Azure's inventory as `sevents-ingest reconcile` keeps it (azure_vms): every VM of the fleet under the names
+    and vmIds its collectors report, plus sets that never ran a collector (``UNCOVERED_SHARE`` of the fleet)."""
+    sets = fleet.sets + max(1, int(fleet.sets * UNCOVERED_SHARE))
+    return f"""
+INSERT INTO sevents.azure_vms (vm_id, resource_id, name, subscription_id, resource_group, location, zone,
+ availability_set_id, availability_set, scale_set_id, scale_set, vm_size, power_state, fault_domain, update_domain,
+ source_table, present, row_hash, first_seen_at, reconciled_at)
+SELECT vm_id, concat(rg_id, '/providers/microsoft.compute/virtualmachines/', vm_name), vm_name, '{SUBSCRIPTION}', rg,
+ 'westeurope', '', if(vmss, '', concat(rg_id, '/providers/microsoft.compute/availabilitysets/', set_name)),
+ if(vmss, '', set_name), if(vmss, concat(rg_id, '/providers/microsoft.compute/virtualmachinescalesets/', set_name), ''),
+ if(vmss, set_name, ''), 'Standard_D4s_v5', 'PowerState/running', toUInt16(vi % 3), toUInt16(vi % 5),
+ if(vmss, 'ComputeResources', 'Resources'), true, cityHash64(vm_id), {_ts(fleet.now - timedelta(days=fleet.days))},
+ {_ts(fleet.now)}
+FROM
+(
+    SELECT
+        intDiv(number, {SET_SIZE}) AS s,
+        number % {SET_SIZE} AS vi,
+        s % 2 = 0 AS vmss,
+        if(vmss, concat('vmss-', toString(s)), concat('avset-', toString(s))) AS set_name,
+        concat('set', toString(s), '-vm', toString(vi)) AS vm_name,
+        lower(hex(cityHash64('vm', s, vi))) AS vm_id,
+        concat('rg-', toString(s % 20)) AS rg,
+        concat('/subscriptions/{SUBSCRIPTION}/resourcegroups/', rg) AS rg_id
+    FROM numbers({sets * SET_SIZE})
+)
+"""
+
+
+def annotations_sql(fleet: Fleet) -> str:
+    """Resource Health's account of the last ``ANNOTATION_DAYS`` days (azure_annotations): each VM of each ended
+    event annotated when its downtime began (a Freeze's pause, a Reboot's or Redeploy's reboot), and each
+    unannounced pause (one in 100 events, on one VM, no scheduled event before it: the gap signal) as a host
+    repair."""
+    first = max(0, int(fleet.events * (1 - ANNOTATION_DAYS / fleet.days)))
+    return f"""
+INSERT INTO sevents.azure_annotations (change_id, resource_id, vm_id, subscription_id, changed_at, change_type,
+ annotation_name, reason, category, context, summary, occurred_at, row_hash, first_seen_at, reconciled_at)
+SELECT cid, concat('/subscriptions/{SUBSCRIPTION}/resourcegroups/rg-', toString(s % 20),
+ '/providers/microsoft.compute/virtualmachines/', vm_name), vm_id, '{SUBSCRIPTION}', began, 'Update', annotation,
+ 'Planned maintenance', if(unannounced, 'Unplanned', 'Planned'), 'Platform Initiated', 'Maintenance', began,
+ cityHash64(cid), began, {_ts(fleet.now)}
+FROM
+(
+    SELECT *, slot = {SET_SIZE} AS unannounced,
+        t0 + toIntervalMillisecond(if(unannounced, 3600000,
+            if({_approved()}, 300000, 900000) + vi * 7 + 1000)) AS began,
+        multiIf(unannounced, 'VirtualMachineHostRebootedForRepair', etype = 'Freeze',
+                'VirtualMachinePlannedFreezeSucceeded', etype = 'Reboot',
+                'VirtualMachineRebootInitiatedForPlannedMaintenance',
+                'VirtualMachineRedeployInitiatedByControlPlaneDueToPlannedMaintenance') AS annotation,
+        lower(hex(cityHash64('annotation', vm_id, event_id, unannounced))) AS cid
+    FROM ({_event_vms(fleet, first, fleet.events - first, SET_SIZE + 1)})
+    WHERE ended AND (slot < {SET_SIZE} OR e % 100 = 7)
+)
+WHERE began <= {_ts(fleet.now)}
+"""
+
+
 def load(client: Any, fleet: Fleet, first: int, last: int, chunk: int, progress: str) -> None:
     """Events [first, last) in chunks, with progress on stderr."""
     began = time.perf_counter()
@@ -380,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
         load(client, fleet, recent, events, args.chunk, "last 10% of the year")
         load_heartbeats(client, fleet, fleet.now - timedelta(days=7), fleet.now, 3600)
         load_heartbeats(client, fleet, fleet.event_at(recent), fleet.now - timedelta(days=7), 86400)
+        client.command(inventory_sql(fleet))  # Azure's account (issue 27): the same at 10% and at 100%
+        client.command(annotations_sql(fleet))
         small_load = time.perf_counter() - began
         settled = [settle(client, args.settle)]
         print(f"10%: loaded in {small_load:.0f} s, {settled[0]}; measuring", file=sys.stderr)
@@ -390,11 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         full_load = time.perf_counter() - began
         counts = dict(
             zip(
-                ("transitions", "heartbeats", "events", "active_events"),
+                ("transitions", "heartbeats", "events", "active_events", "inventory_vms", "annotations"),
                 client.query(
                     "SELECT (SELECT count() FROM sevents.transitions), (SELECT count() FROM sevents.heartbeats), "
                     "(SELECT uniqExact(event_id) FROM sevents.event_rollup), "
-                    "(SELECT count() FROM sevents.active_events)"
+                    "(SELECT count() FROM sevents.active_events), (SELECT count() FROM sevents.azure_vms), "
+                    "(SELECT count() FROM sevents.azure_annotations)"
                 ).result_rows[0],
                 strict=True,
             )

@@ -30,7 +30,13 @@ def test_benchmark_runs_every_query_on_a_consistent_fleet(tmp_path: Path) -> Non
     assert counts["active_events"] == under_way
     finished = (counts["events"] - under_way) * bench_dashboards.SET_SIZE * 3
     assert finished < counts["transitions"] < finished + under_way * bench_dashboards.SET_SIZE * 3
+    sets = 200 // bench_dashboards.SET_SIZE
+    assert counts["inventory_vms"] == (sets + 1) * bench_dashboards.SET_SIZE  # a set that never ran a collector
+    fortnight = result["events"] * bench_dashboards.ANNOTATION_DAYS / 365
+    # every VM of each ended event of the last 14 days annotated (the events still under way are not)
+    assert (fortnight - under_way - 1) * bench_dashboards.SET_SIZE <= counts["annotations"]
+    assert counts["annotations"] <= (fortnight + 1) * (bench_dashboards.SET_SIZE + 1)
     names = {row["query"] for row in result["queries"]}
     assert any(n.startswith("alert Reboot or Redeploy scheduled") for n in names)
-    assert {f"audit {q}" for q in ("vm_history", "event_summary", "counts")} <= names
+    assert {f"audit {q}" for q in ("vm_history", "event_summary", "counts", "coverage", "gaps")} <= names
     assert all(row["p95_ms_100pct"] > 0 and row["ratio_100_to_10"] > 0 for row in result["queries"])
