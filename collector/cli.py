@@ -29,7 +29,7 @@ from collector.wiring import build_agent
 from sevents import records
 from sevents.cli_types import EventTypeError, add_event_type_flag, event_types
 from sevents.config import env_name, error_lines, read_toml_section
-from sevents.errors import ConfigError
+from sevents.errors import ConfigError, ExitCode
 from sevents.logs import printable, setup_logging
 from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.telemetry import install_tracer_provider, make_meter_provider, otlp_configured
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("collector")
 
-EXIT_OK, EXIT_POLL_FAILED, EXIT_CONFIG, EXIT_FATAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 # `once` is run by people and scripts waiting for an answer: unless a retry deadline is configured, each IMDS
 # request gives up after this long instead of the daemon's 75 s (which rides out a ~70 s IMDS update).
 ONCE_RETRY_DEADLINE = 8.0
@@ -206,14 +205,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(args.state_dir)
         except OutboxError as error:
             print(f"sevents-collector: fatal: {error}", file=sys.stderr)
-            return EXIT_FATAL
+            return ExitCode.NO_STATE
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
     if flags.get(WEBHOOK_TYPES) is not None:
         try:
             flags[WEBHOOK_TYPES] = event_types(flags[WEBHOOK_TYPES], WEBHOOK_TYPES_FLAG)
         except EventTypeError as error:
             print(f"sevents-collector: {error}", file=sys.stderr)
-            return EXIT_CONFIG
+            return ExitCode.INVALID
     problems: list[str] = []
     try:
         settings = load_settings(file=args.config, flags=flags)
@@ -228,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         # both tables come from one file: a problem with the file itself is said once
         print(error_lines("sevents-collector", ConfigError(list(dict.fromkeys(problems)))), file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.INVALID
     if args.command == "once" and not _configured("retry_deadline", args.config, flags):
         settings = dataclasses.replace(settings, retry_deadline=ONCE_RETRY_DEADLINE)
     setup_logging(settings.log_level)
@@ -236,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _once(settings, approval) if args.command == "once" else _run(settings, approval)
     except (AgentError, OutboxError) as error:
         print(f"sevents-collector: fatal: {error}", file=sys.stderr)  # one line: not a log record as well
-        return EXIT_FATAL
+        return ExitCode.NO_STATE
 
 
 def _imds_url_problems(url: str) -> list[str]:
@@ -278,22 +277,22 @@ def _once(settings: CollectorSettings, approval: ApprovalPolicy) -> int:
                 new = agent.poll_once(stop)
         except ImdsInterrupted:
             print("sevents-collector: interrupted; nothing was committed by this poll", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return ExitCode.INTERRUPTED
         except (ImdsError, DecodeError) as error:
             # the one line saying so (the health log's "poll failed" record is left out: it would say it twice)
             print(f"sevents-collector: poll failed: {printable(str(error))}", file=sys.stderr)
-            return EXIT_POLL_FAILED
+            return ExitCode.FAILED
         if not agent.last_poll_ok:
             # Read, but the outbox refused the commit (full, or a full disk): nothing was stored.
             print(f"sevents-collector: not stored: {printable(agent.health.last_poll_error)}", file=sys.stderr)
-            return EXIT_POLL_FAILED
+            return ExitCode.FAILED
         out = sys.stdout
         for record in new:
             out.write(records.encode(record).decode() + "\n")
         out.flush()
         if agent.sink is not None:
             agent.flush(settings.drain_timeout)
-        return EXIT_OK
+        return ExitCode.OK
     finally:
         agent.close()
 
@@ -371,14 +370,14 @@ def _run_agent(
             on_retry=lambda note: log.error("cannot open the outbox; trying again", extra={"error": str(note.error)}),
         )
     except RetryInterrupted:
-        return EXIT_OK
+        return ExitCode.OK
     try:
         agent.run(stop)
     except ImdsInterrupted:
         pass
     finally:
         agent.close()
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _status(state_dir: Path) -> int:
@@ -386,10 +385,10 @@ def _status(state_dir: Path) -> int:
         status = read_status(state_dir, datetime.now(timezone.utc))
     except StatusError as error:
         print(f"sevents-collector: {error}", file=sys.stderr)
-        return EXIT_FATAL
+        return ExitCode.NO_STATE
     except OSError as error:  # whatever else the file system refuses: still one line and the status exit code
         reason = error.strerror or error
         print(f"sevents-collector: cannot read the state directory {state_dir}: {reason}", file=sys.stderr)
-        return EXIT_FATAL
+        return ExitCode.NO_STATE
     print(json.dumps(status, indent=2))
-    return EXIT_OK
+    return ExitCode.OK
