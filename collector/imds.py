@@ -102,6 +102,11 @@ def approval_body(event_ids: Sequence[str], api_version: str, incarnation: int |
     return json.dumps(document, separators=(",", ":")).encode()
 
 
+def attested_url(base_url: str, api_version: str, nonce: str) -> str:
+    """The attested data URL under ``base_url``, asking IMDS to sign ``nonce`` (collector.attestation)."""
+    return f"{base_url.rstrip('/')}/metadata/attested/document?api-version={api_version}&nonce={nonce}"
+
+
 def instance_url(base_url: str, api_version: str) -> str:
     """The instance metadata URL under ``base_url``."""
     return f"{base_url.rstrip('/')}/metadata/instance?api-version={api_version}"
@@ -169,6 +174,12 @@ class ImdsClient:
         self.instance_api_version = response.api_version
         return response
 
+    def attested(self, stop: threading.Event, api_version: str, nonce: str) -> ImdsResponse:
+        """GET the attested document signed over ``nonce`` (collector.attestation), under the same rules."""
+        return self._fetch(
+            stop, "attested", (), None, api_version, url=lambda version: attested_url(self.base_url, version, nonce)
+        )
+
     def approve(
         self,
         stop: threading.Event,
@@ -195,6 +206,7 @@ class ImdsClient:
         deadline_s: float | None,
         version: str,
         post: Callable[[str], bytes] | None = None,
+        url: Callable[[str], str] | None = None,
     ) -> ImdsResponse:
         deadline = self.policy.deadline_s if deadline_s is None else deadline_s
         tried = {version}
@@ -205,9 +217,10 @@ class ImdsClient:
             nonlocal version, attempts
             while True:
                 attempts += 1
-                url = (instance_url if what == "instance" else scheduled_events_url)(self.base_url, version)
+                where = url(version) if url is not None else None
+                where = where or (instance_url if what == "instance" else scheduled_events_url)(self.base_url, version)
                 try:
-                    body, latency = self._attempt(url, stop, None if post is None else post(version))
+                    body, latency = self._attempt(where, stop, None if post is None else post(version))
                     return ImdsResponse(body=body, api_version=version, latency_s=latency, attempts=attempts)
                 except ImdsInterrupted:
                     raise

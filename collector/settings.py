@@ -64,6 +64,9 @@ class CollectorSettings:
     eventhubs_name: str = ""
     eventhubs_connection_string_file: Optional[Path] = None  # SAS fallback; or env SEVENTS_EVENTHUBS_CONNECTION_STRING
     eventhubs_connection_string: str = field(default="", repr=False)  # env only (never a flag)
+    # sink eventhubs: sign every event with the VM's own key, proven by IMDS's attested document (issue 29;
+    # collector/attestation.py); the ingest requires it with [ingest] attestation = "required"
+    attestation: bool = False
     log_level: str = "info"
     # a POST per transition of these event types (collector/webhook.py); the URL holds a token for most chat
     # tools: from the config file (mode 0600) or SEVENTS_WEBHOOK_URL, never a flag
@@ -139,6 +142,8 @@ def validate(s: CollectorSettings) -> list[str]:
     problems += one_of("log_level", s.log_level.lower(), LOG_LEVELS)
     if s.sink == "eventhubs":
         problems += _eventhubs_problems(s)
+    elif s.attestation:
+        problems.append('attestation signs what the Event Hubs sink sends: it needs sink = "eventhubs"')
     if s.webhook_url:
         hook = urlsplit(s.webhook_url)
         if hook.scheme not in ("http", "https") or not hook.hostname:

@@ -15,7 +15,9 @@ report), and left out of the send, so the shipper removes it with the rest once 
 is counted only after every other row of the call was accepted: a send that fails counts nothing.
 
 Each event carries application properties ``schema_version``, ``record_type``, ``record_id`` and a W3C
-``traceparent`` (sevents/tracing.py), and the content type ``application/json``.
+``traceparent`` (sevents/tracing.py), and the content type ``application/json``. With attestation on
+(``collector.attestation``), each also carries the VM key's signature of its body, and the first events a
+producer sends are the VM's attestation (again every ``ATTEST_EVERY_S``); without one, nothing is sent.
 
 One thread owns the producer: the shipper's. A lock makes a stray second caller wait, not interleave.
 Credentials: managed identity (azure-identity) with a fully qualified namespace by default, a SAS
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,10 +38,12 @@ from azure.eventhub import EventData, EventHubProducerClient
 
 from collector.outbox import Outbox, OutboxRow
 from collector.sink import SinkError
+from sevents.contract import PROPERTY_KEY_ID, PROPERTY_SIGNATURE, RECORD_ATTESTATION
 from sevents.records import CONTENT_TYPE, SCHEMA_VERSION, record_id_of
 from sevents.tracing import TRACEPARENT, traceparent_for
 
 if TYPE_CHECKING:
+    from collector.attestation import Attester, Signer
     from collector.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,7 @@ ProducerFactory = Callable[[], EventHubProducerClient]
 DropCounter = Callable[[str, int], None]  # (reason, count), e.g. Outbox.count_drop
 
 DROP_OVERSIZE: Final = "eventhubs_oversize"  # a record larger than one event may be: dead-lettered
+ATTEST_EVERY_S: Final = 6 * 3600.0  # the attestation goes again this often (an ingest that missed it pins it)
 
 
 def partition_key(payload: bytes) -> str:
@@ -84,11 +90,15 @@ def outbox_drop_counter(path: Path) -> DropCounter:
     return count
 
 
-def to_event(row: OutboxRow) -> EventData:
-    """One outbox row as an event: the record's JSON bytes plus the properties the ingest reads."""
+def to_event(row: OutboxRow, signer: Signer | None = None) -> EventData:
+    """One outbox row as an event: the record's JSON bytes plus the properties the ingest reads (and, with a
+    ``signer``, the signature of those exact bytes)."""
     event = EventData(row.payload)
     event.content_type = CONTENT_TYPE
     properties: dict[str | bytes, Any] = {"schema_version": str(SCHEMA_VERSION), "record_type": row.record_type}
+    if signer is not None:
+        properties[PROPERTY_SIGNATURE] = signer.sign(row.payload)
+        properties[PROPERTY_KEY_ID] = signer.key_id
     record_id = record_id_of(row.payload)
     if record_id:
         properties["record_id"] = record_id
@@ -103,9 +113,16 @@ class EventHubsSink:
     """``collector.sink.Sink`` over ``EventHubProducerClient``."""
 
     def __init__(
-        self, factory: ProducerFactory, *, send_timeout: float = 30.0, on_drop: DropCounter | None = None
+        self,
+        factory: ProducerFactory,
+        *,
+        send_timeout: float = 30.0,
+        on_drop: DropCounter | None = None,
+        attester: Attester | None = None,
     ) -> None:
         self._factory = factory
+        self.attester = attester  # attestation on: sign every event, send the attestation first
+        self._attested_at: float | None = None  # monotonic time the current producer sent the attestation
         self._producer: EventHubProducerClient | None = None
         self._send_timeout = send_timeout
         self._on_drop = on_drop or (lambda reason, count: None)
@@ -123,6 +140,7 @@ class EventHubsSink:
         eventhub_name: str | None = None,
         send_timeout: float = 30.0,
         on_drop: DropCounter | None = None,
+        attester: Attester | None = None,
         **client: Any,
     ) -> EventHubsSink:
         """SAS (the fallback, and the local test endpoint)."""
@@ -133,6 +151,7 @@ class EventHubsSink:
             ),
             send_timeout=send_timeout,
             on_drop=on_drop,
+            attester=attester,
         )
 
     @classmethod
@@ -166,6 +185,18 @@ class EventHubsSink:
         # One send must not outlast the shutdown drain (the shipper reports what is left when it ends).
         send_timeout = max(1.0, min(30.0, settings.drain_timeout))
         on_drop = outbox_drop_counter(settings.outbox_path)
+        sink = cls._from_settings(settings, connection_string, send_timeout, on_drop)
+        if settings.attestation:
+            from collector.attestation import Attester
+
+            sink.attester = Attester.from_settings(settings)
+            log.info("attestation on: events are signed", extra={"key_id": sink.attester.signer.key_id})
+        return sink
+
+    @classmethod
+    def _from_settings(
+        cls, settings: CollectorSettings, connection_string: str | None, send_timeout: float, on_drop: DropCounter
+    ) -> EventHubsSink:
         if connection_string:
             log.info(
                 "event hubs sink: SAS connection string", extra={"eventhub": settings.eventhubs_name or "(from string)"}
@@ -190,6 +221,7 @@ class EventHubsSink:
             oversize: list[OutboxRow] = []
             try:
                 producer = self._producer = self._producer or self._factory()
+                self._attest(producer)
                 for key, run in runs_by_key(rows):
                     self._send_run(producer, key, run, oversize)
             except Exception as error:
@@ -205,8 +237,9 @@ class EventHubsSink:
         self, producer: EventHubProducerClient, key: str, run: Sequence[OutboxRow], oversize: list[OutboxRow]
     ) -> None:
         batch = producer.create_batch(partition_key=key)
+        signer = self.attester.signer if self.attester is not None else None
         for row in run:
-            event = to_event(row)
+            event = to_event(row, signer)
             try:
                 batch.add(event)
                 continue
@@ -222,6 +255,21 @@ class EventHubsSink:
                 oversize.append(row)
         if len(batch):
             self._send_batch(producer, batch)
+
+    def _attest(self, producer: EventHubProducerClient) -> None:
+        """Send the VM's attestation before anything else on a new producer (and again every ATTEST_EVERY_S),
+        under its vm_id: the records that follow share its ordered partition. Raises if IMDS gave none."""
+        if self.attester is None:
+            return
+        now = time.monotonic()
+        if self._attested_at is not None and now - self._attested_at < ATTEST_EVERY_S:
+            return
+        attestation = self.attester.attestation()
+        row = OutboxRow(0, RECORD_ATTESTATION, attestation.body)
+        batch = producer.create_batch(partition_key=attestation.vm_id)
+        batch.add(to_event(row, self.attester.signer))
+        self._send_batch(producer, batch)
+        self._attested_at = now
 
     def _dead_letter(self, rows: Sequence[OutboxRow]) -> None:
         """Count and log records no event can carry; the shipper removes them with the rows that were sent."""
@@ -252,6 +300,7 @@ class EventHubsSink:
     def _reset(self) -> None:
         # A fresh client after a failure: the SDK's link may be in a state it does not recover from.
         producer, self._producer = self._producer, None
+        self._attested_at = None  # a new producer sends the attestation first again
         if producer is not None:
             try:
                 producer.close()
@@ -259,5 +308,7 @@ class EventHubsSink:
                 log.debug("closing the failed producer raised", exc_info=True)
 
     def close(self) -> None:
+        if self.attester is not None:
+            self.attester.close()  # ends a fetch in progress before the lock is taken
         with self._lock:
             self._reset()

@@ -20,6 +20,10 @@ Whatever the source, the first record of a key stays: before the insert, the bat
 the batch, with other content is dead-lettered as ``conflict`` instead of replacing it
 (``ReplacingMergeTree(ingested_at)`` would keep the later). A redelivery of the same record is stored again as
 before (idempotent).
+
+With attestation (``ingest.attestation_gate``, the strong form), a ``gate`` runs first: it takes the
+attestation events out of the batch (pinning the keys they prove) and dead-letters each record from Event Hubs
+that its VM's pinned key did not sign; the rest go on as above.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import pyarrow.compute as pc
 from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 
+from ingest.attestation_gate import UNCHECKED, Passed
 from ingest.decode import Limits, decode_noted
 from ingest.decode_batch import decode_batch
 from ingest.errors import Interrupted, InvalidRecord, RejectedRows, StoreError
@@ -255,8 +260,10 @@ class Handler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         on_stored: Callable[[Batch], None] | None = None,
         clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
+        gate: Callable[[Sequence[Delivery]], Passed] | None = None,
     ) -> None:
         self.writer = writer
+        self.gate = gate  # attestation: pins proven keys, refuses records their VM's key did not sign
         self.clock_skew = clock_skew  # how far a VM's clock may run ahead of the hub's enqueued time
         self.source = source
         self.stop = stop
@@ -268,15 +275,26 @@ class Handler:
         self.stored = 0  # records and dead letters confirmed, for logs and tests
         self.dead_letters = 0  # of which dead letters (ingest.progress reports both)
         self.dropped = 0  # records not stored on purpose (older than their tables' retention); not in ``stored``
+        self.pinned = 0  # attested keys pinned (the gate's attestations are not records)
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
         if not deliveries:
             return
         received_at = self.now()
+        passed = Passed(kept=list(deliveries))
+        if self.gate is not None:
+            gate = self.gate
+            passed = self._retrying(lambda _: gate(deliveries), len(deliveries), what="attestation check")
         batch, rejected = prepare(
-            deliveries, source=self.source, limits=self.limits, received_at=received_at, clock_skew=self.clock_skew
+            passed.kept, source=self.source, limits=self.limits, received_at=received_at, clock_skew=self.clock_skew
         )
+        for delivery, error in passed.refused:
+            rejected[error.reason] = rejected.get(error.reason, 0) + 1
+            batch.add_dead_letter(delivery, error=str(error), source=self.source, received_at=received_at)
+        if passed.unchecked:
+            self.metrics.dropped.add(passed.unchecked, {"record_type": "attestation", "reason": UNCHECKED})
+            log.info("attestations not checked (no attestation_ca_file): dropped", extra={"count": passed.unchecked})
         self._retrying(lambda _: self._refuse_conflicts(batch, rejected, received_at), len(batch), what="key lookup")
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
@@ -294,6 +312,9 @@ class Handler:
                 extra={"record_type": table.rstrip("s"), "count": count, "reason": RETENTION, "source": self.source},
             )
         self._account(batch, rejected, outcome)
+        with self._lock:
+            self.dropped += passed.unchecked
+            self.pinned += passed.pinned
         if self.on_stored is not None:
             self.on_stored(batch)
 

@@ -690,6 +690,25 @@ PARTITION BY toYYYYMM(first_seen_at)
 ORDER BY (event_id, event_status)
 SETTINGS index_granularity = 8192;
 
+-- attested_keys: each VM's signing keys, pinned on first use once IMDS's attested document proved them its own; a later
+--   key of a VM flagged new_key (attestation) (table, last defined by 0015_attested_keys)
+CREATE TABLE sevents.attested_keys
+(
+    `vm_id` String,
+    `key_id` String,
+    `public_key` String,
+    `subscription_id` LowCardinality(String),
+    `nonce` String,
+    `attested_at` DateTime64(3, 'UTC'),
+    `pinned_at` DateTime64(3, 'UTC'),
+    `new_key` Bool,
+    `anomaly` String,
+    `source_position` String
+)
+ENGINE = ReplacingMergeTree(pinned_at)
+ORDER BY (vm_id, key_id)
+SETTINGS index_granularity = 8192;
+
 -- vm_status: per VM: reporting, silent or retired, and why (view, last defined by 0006_rollups)
 CREATE VIEW sevents.vm_status
 (

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlparse
 
+from cryptography import x509
+
 from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
 from ingest.decode import Limits
@@ -62,6 +64,15 @@ class IngestSettings:
     # Seconds a VM's clock may run ahead of the hub's: a record from Event Hubs observed later than its enqueued
     # time plus this is dead-lettered (reason future); an old one is fine (a backlog).
     eventhubs_clock_skew: float = 300.0
+    # Records a VM can prove, the strong form (ingest/attestation_gate.py): "required" stores a record from Event
+    # Hubs only if its VM's own key, pinned by an attestation (IMDS's attested document, PKCS#7 chaining to the
+    # roots of attestation_ca_file, signed for attestation_signer, made at most attestation_max_age seconds before
+    # it was sent), signed it. "off": nothing required; with a root file, attestations are still pinned.
+    attestation: str = "off"
+    attestation_ca_file: Path | None = None  # PEM roots (Azure's: the root its attested data certificate chains to)
+    attestation_intermediates_file: Path | None = None  # PEM intermediates the documents do not carry
+    attestation_signer: str = "metadata.azure.com"
+    attestation_max_age: float = 86400.0
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
@@ -143,6 +154,7 @@ def validate(s: IngestSettings) -> list[str]:
     problems += s.retention.problems()
     if not (math.isfinite(s.eventhubs_clock_skew) and s.eventhubs_clock_skew >= 0):
         problems.append("eventhubs_clock_skew must be a number of seconds, 0 or more")
+    problems += attestation_problems(s)
     for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):
         path = getattr(s, name)
         if path is not None and not path.is_file():
@@ -159,6 +171,27 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
     problems += host_port_problems("metrics_addr", s.metrics_addr)
     problems += reconcile_problems(s)
+    return problems
+
+
+def attestation_problems(s: IngestSettings) -> list[str]:
+    """The attestation mode, and trust files that hold certificates (read here, so a bad one is exit 2)."""
+    problems = one_of("attestation", s.attestation, ("off", "required"))
+    if s.attestation == "required" and s.attestation_ca_file is None:
+        problems.append('attestation = "required" needs attestation_ca_file (the PEM root the documents chain to)')
+    for name in ("attestation_ca_file", "attestation_intermediates_file"):
+        path = getattr(s, name)
+        if path is None:
+            continue
+        try:
+            found = x509.load_pem_x509_certificates(path.read_bytes())
+        except (OSError, ValueError) as error:
+            problems.append(f"{name} {path}: not a readable PEM file of certificates ({error})")
+            continue
+        if not found:
+            problems.append(f"{name} {path} holds no certificate")
+    if not (math.isfinite(s.attestation_max_age) and s.attestation_max_age > 0):
+        problems.append("attestation_max_age must be a positive number of seconds")
     return problems
 
 

@@ -13,6 +13,8 @@ from typing import Any
 from opentelemetry.metrics import MeterProvider
 
 from ingest import retention
+from ingest.attestation import Trust
+from ingest.attestation_gate import AttestationGate, PinStore
 from ingest.clickhouse import connect, connect_waiting
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
@@ -90,12 +92,29 @@ def build(
         metrics=metrics,
         on_stored=on_stored,
         clock_skew=timedelta(seconds=settings.eventhubs_clock_skew),
+        gate=attestation_gate(settings, client),
     )
     source = source or make_source(settings, until_idle=until_idle)
     backlog = _outbox_backlog(source) if isinstance(source, OutboxSource) else None
     return Pipeline(
         client, ProgressSource(source, handler, interval_s=settings.progress_interval, backlog=backlog), handler
     )
+
+
+def attestation_gate(settings: IngestSettings, client: Any) -> AttestationGate:
+    """The attestation gate the settings ask for (ingest/attestation_gate.py). Without a root file, attestation
+    is off and the collectors' attestation events are counted as dropped, never taken for records."""
+    trust = None
+    if settings.attestation_ca_file is not None:
+        trust = Trust.load(
+            settings.attestation_ca_file,
+            settings.attestation_intermediates_file,
+            signer_name=settings.attestation_signer,
+            max_age=timedelta(seconds=settings.attestation_max_age),
+            clock_skew=timedelta(seconds=settings.eventhubs_clock_skew),
+        )
+        log.info("attestation", extra={"mode": settings.attestation, "roots": len(trust.roots)})
+    return AttestationGate(PinStore(client, settings.database), trust, required=settings.attestation == "required")
 
 
 def _outbox_backlog(source: OutboxSource) -> Callable[[int], int]:

@@ -16,6 +16,7 @@ Records from older collectors lack it and get the default.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -197,6 +198,32 @@ TABLES: Final = {
     RECORD_IMPACT: "impacts",
     RECORD_APPROVAL: "approvals",
 }
+
+
+# ---- attestation (issue 29: records a VM can prove; off unless configured) ----
+# With ``attestation = true`` the collector's Event Hubs sink (collector/attestation.py) signs the exact body
+# bytes of every event with the VM's own Ed25519 key and carries the signature and the key's id as application
+# properties, so the payloads stay those of the outbox and the local path (which are never signed). Before the
+# first record it sends, under the VM's vm_id as partition key (the same ordered partition as its records), one
+# event with application property record_type = RECORD_ATTESTATION whose body is a JSON object of
+# ATTESTATION_FIELDS: vm_id, public_key (base64 DER SubjectPublicKeyInfo), and IMDS's attested document as IMDS
+# answers it (encoding "pkcs7", signature: base64 DER PKCS#7) fetched with nonce ``attestation_nonce(key)``. The
+# ingest (ingest/attestation.py) verifies the document and pins the key to the vmId it names. An attestation is
+# not a record: it goes to no record table, only to the ingest's table of pinned keys (attested_keys).
+RECORD_ATTESTATION: Final = "attestation"
+ATTESTATION_FIELDS: Final = ("vm_id", "public_key", "encoding", "signature")
+PROPERTY_SIGNATURE: Final = "sevents_signature"  # base64 Ed25519 signature of the event's body bytes
+PROPERTY_KEY_ID: Final = "sevents_key_id"  # key_id() of the signing key
+
+
+def key_id(public_key_der: bytes) -> str:
+    """The id of a public key: the hex SHA-256 of its DER SubjectPublicKeyInfo."""
+    return hashlib.sha256(public_key_der).hexdigest()
+
+
+def attestation_nonce(public_key_der: bytes) -> str:
+    """The 10-digit nonce IMDS is asked to sign for a key: the key's SHA-256 as a number, modulo 10**10."""
+    return f"{int.from_bytes(hashlib.sha256(public_key_der).digest(), 'big') % 10**10:010d}"
 
 
 def names(fields: tuple[Field, ...]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from simulator.attested import PATH as ATTESTED_PATH
 from simulator.faults import Fault
 from simulator.protocol import Reply
 
@@ -32,6 +33,7 @@ class Fleet(Protocol):
     def check(self, path: str, headers: dict[str, str], query: dict[str, list[str]]) -> Reply | str: ...
     def answer(self, vm: str, method: str, path: str, version: str, body: bytes) -> Reply: ...
     def control(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply: ...
+    def attested(self, vm: str, headers: dict[str, str], query: dict[str, list[str]]) -> Reply: ...
 
 
 def route(path: str, default_vm: str) -> tuple[str, str]:
@@ -99,6 +101,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(self.fleet.control(method, parts.path, query, body))
             return
         vm, path = route(parts.path, self.fleet.default_vm)
+        if path.rstrip("/") == ATTESTED_PATH and self.fleet.has_vm(vm):  # attested data (simulator/attested.py)
+            self._send(self.fleet.attested(vm, dict(self.headers.items()), query))
+            return
         resource = resource_of(path)
         if not self.fleet.has_vm(vm) or not resource:
             self._send(Reply(404, {"error": "Not found"}))

@@ -20,6 +20,7 @@ from typing import Any
 
 from sevents.records import format_time
 from simulator import control
+from simulator.attested import AttestedDocuments
 from simulator.engine import Engine
 from simulator.faults import Fault, FaultBook, parse_fault, scenario_faults
 from simulator.fleet import build_fleet
@@ -78,6 +79,7 @@ class SimServer:
         port: int = 0,
         clock: Callable[[], datetime] = _utcnow,
         new_id: Callable[[], str] | None = None,
+        attested: AttestedDocuments | None = None,
     ) -> None:
         self.scenario = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
         self.speed = float(speed) if speed is not None else self.scenario.speed
@@ -100,6 +102,8 @@ class SimServer:
         # when each VM was answered a Scheduled Events document: what its collector could know, and when
         self._served: dict[str, deque[datetime]] = {}
         self.rate_limited = 0
+        # /metadata/attested/document, signed by a test authority in Azure's place (generated at the first request)
+        self.attested_documents = attested or AttestedDocuments()
 
     # -- lifecycle --------------------------------------------------------------------------------------
 
@@ -296,6 +300,11 @@ class SimServer:
             self._log(happened)
             self._served.setdefault(vm, deque(maxlen=SERVED_KEPT)).append(now)
             return Reply(200, render_document(version, incarnation, events))
+
+    def attested(self, vm: str, headers: dict[str, str], query: dict[str, list[str]]) -> Reply:
+        """IMDS's attested data document of VM ``vm`` (simulator/attested.py), once the VM runs."""
+        self._while_down(vm)
+        return self.attested_documents.answer(vm, self.engine.vms[vm].view, headers, query, self._clock())
 
     def _while_down(self, vm: str) -> None:
         """Hold a request of a VM that is down (paused or rebooting) until it runs again, as a real VM would."""
