@@ -43,6 +43,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import NoOpMeterProvider
 
 from ingest.attestation_gate import UNCHECKED, Passed
+from ingest.dead_letter_cap import CAP_REASON, DeadLetterCap
 from ingest.decode import Limits, decode_noted
 from ingest.decode_batch import decode_batch
 from ingest.errors import Interrupted, InvalidRecord, RejectedRows, StoreError
@@ -261,6 +262,7 @@ class Handler:
         on_stored: Callable[[Batch], None] | None = None,
         clock_skew: timedelta = DEFAULT_CLOCK_SKEW,
         gate: Callable[[Sequence[Delivery]], Passed] | None = None,
+        dead_letter_cap: DeadLetterCap | None = None,
     ) -> None:
         self.writer = writer
         self.gate = gate  # attestation: pins proven keys, refuses records their VM's key did not sign
@@ -274,8 +276,9 @@ class Handler:
         self.on_stored = on_stored
         self.stored = 0  # records and dead letters confirmed, for logs and tests
         self.dead_letters = 0  # of which dead letters (ingest.progress reports both)
-        self.dropped = 0  # records not stored on purpose (older than their tables' retention); not in ``stored``
+        self.dropped = 0  # not stored on purpose (older than their tables' retention, over the dead-letter cap)
         self.pinned = 0  # attested keys pinned (the gate's attestations are not records)
+        self.dead_letter_cap = dead_letter_cap
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
@@ -298,6 +301,7 @@ class Handler:
         self._retrying(lambda _: self._refuse_conflicts(batch, rejected, received_at), len(batch), what="key lookup")
         for reason, count in rejected.items():
             log.warning("dead letters", extra={"reason": reason, "count": count, "source": self.source})
+        self._cap_dead_letters(batch, received_at)
         # linked to the trace of each record (its record_id and seq: sevents.tracing), up to the SDK's link limit
         with tracer.start_as_current_span(
             "sevents.ingest.insert", links=record_links(_keys(batch)) if tracing() else []
@@ -317,6 +321,24 @@ class Handler:
             self.pinned += passed.pinned
         if self.on_stored is not None:
             self.on_stored(batch)
+
+    def _cap_dead_letters(self, batch: Batch, now: datetime) -> None:
+        """Leave out the dead letters past their stream's hourly cap (``ingest.dead_letter_cap``): counted as
+        dropped, and logged when a stream reaches it."""
+        if self.dead_letter_cap is None or not batch.dead_letters:
+            return
+        with self._lock:
+            admitted = self.dead_letter_cap.admit(batch.dead_letters, now)
+            self.dropped += sum(admitted.dropped.values())
+        batch.dead_letters = admitted.kept
+        for stream in admitted.newly_capped:
+            log.warning(
+                "dead letters over the hourly cap: the rest of this hour's are counted, not stored",
+                extra={"stream": stream, "per_hour": self.dead_letter_cap.per_hour, "reason": CAP_REASON},
+            )
+        if admitted.dropped:
+            count = sum(admitted.dropped.values())
+            self.metrics.dropped.add(count, {"record_type": "dead_letter", "reason": CAP_REASON})
 
     def _store_isolating(self, batch: Batch, rejected: dict[str, int], outcome: Outcome) -> None:
         """Store; if ClickHouse refuses the rows themselves, halve until the refused row is alone, dead-letter it.

@@ -19,6 +19,7 @@ from cryptography import x509
 
 from ingest.batching import BatchPolicy
 from ingest.clickhouse import target_problems
+from ingest.dead_letter_cap import DEFAULT_PER_HOUR
 from ingest.decode import Limits
 from ingest.migrate import Target
 from ingest.retention import Retention
@@ -98,6 +99,9 @@ class IngestSettings:
     retention_days: int = 400
     heartbeat_retention_days: int = 7
     dead_letter_retention_days: int = 90
+    # Dead letters one stream (an Event Hubs partition, an outbox) may store per clock hour; past it they are
+    # counted as dropped (reason dead_letter_cap), not stored: a flood of poison cannot fill the disk.
+    dead_letter_cap_per_hour: int = DEFAULT_PER_HOUR
 
     @property
     def target(self) -> Target:
@@ -161,6 +165,8 @@ def validate(s: IngestSettings) -> list[str]:
             problems.append(f"{name} {path} is not a readable file")
     if s.max_payload_bytes < 1024:
         problems.append("max_payload_bytes must be at least 1024")
+    if s.dead_letter_cap_per_hour < 1:
+        problems.append("dead_letter_cap_per_hour must be a whole number of dead letters, 1 or more")
     if s.retry_initial <= 0 or s.retry_cap < s.retry_initial:
         problems.append("retry_initial must be positive and retry_cap at least retry_initial")
     if s.poll_interval <= 0:

@@ -16,6 +16,7 @@ from ingest import retention
 from ingest.attestation import Trust
 from ingest.attestation_gate import AttestationGate, PinStore
 from ingest.clickhouse import connect, connect_waiting
+from ingest.dead_letter_cap import DeadLetterCap
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
 from ingest.migrate import migrate
@@ -93,6 +94,7 @@ def build(
         on_stored=on_stored,
         clock_skew=timedelta(seconds=settings.eventhubs_clock_skew),
         gate=attestation_gate(settings, client),
+        dead_letter_cap=DeadLetterCap(settings.dead_letter_cap_per_hour),
     )
     source = source or make_source(settings, until_idle=until_idle)
     backlog = _outbox_backlog(source) if isinstance(source, OutboxSource) else None
