@@ -88,13 +88,15 @@ class Approver:
         clock: Callable[[], datetime],
         collector_version: str,
         on_fault: Callable[[str], None] = lambda kind: None,
+        on_decision: Callable[[str], None] = lambda decision: None,
+        on_hook: Callable[[str, str], None] = lambda phase, outcome: None,
     ) -> None:
         self.policy = policy
         self._client, self._outbox, self._clock = client, outbox, clock
         self._version = collector_version
         self.on_fault = on_fault  # the agent counts each fault (health)
-        self.on_decision: Callable[[str], None] = lambda decision: None  # each decision made (metrics)
-        self.on_hook: Callable[[str, str], None] = lambda phase, outcome: None  # each hook run (metrics)
+        self.on_decision = on_decision  # each decision made (metrics)
+        self.on_hook = on_hook  # each hook run (metrics)
         self._decided: dict[str, bool] = {}  # event id -> whether its post-hook runs once it is gone
         self._events_seen: dict[str, Event] = {}  # events whose pre-hook ran: what their post-hook is told
         self._jobs: queue.Queue[tuple[_Job, VmIdentity] | None] = queue.Queue()  # None: look at stop now

@@ -114,10 +114,11 @@ class Ticker:
         pause_min_s: float,
         clock: Callable[[], datetime],
         counting: Callable[[], float] = counting_clock,
+        on_pause: Callable[[Downtime], None] = lambda downtime: None,
     ) -> None:
         self.period_s, self.pause_min_s = period_s, pause_min_s
         self._clock, self._counting = clock, counting
-        self.on_pause: Callable[[Downtime], None] = lambda downtime: None  # the agent's, set before run
+        self.on_pause = on_pause  # each pause found (the downtime ledger holds it until a poll stores it)
         self._alive: AliveFile | None = None
         self._lock = threading.Lock()
 

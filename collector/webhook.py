@@ -94,14 +94,15 @@ class Webhook:
         timeout_s: float = 5.0,
         backoff: Optional[Backoff] = None,
         fmt: str = "json",
+        on_drop: Callable[[str], None] = lambda reason: None,
+        on_post: Callable[[bool, str], None] = lambda ok, reason: None,
     ) -> None:
         self.url, self.event_types, self.timeout_s, self.fmt = url, tuple(event_types), timeout_s, fmt
         self.backoff = backoff or Backoff(initial=0.5, cap=10.0)
         self.host = urlsplit(url).hostname or "?"
         self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue(QUEUE_MAX)
-        self.on_drop: Callable[[str], None] = lambda reason: None  # the agent counts drops with its faults
-        # each POST attempt: (accepted, reason of a failure); the metrics count them
-        self.on_post: Callable[[bool, str], None] = lambda ok, reason: None
+        self.on_drop = on_drop  # each record dropped, with its reason: counted with the poll faults
+        self.on_post = on_post  # each POST attempt: (accepted, reason of a failure); the metrics count them
         self.sent = 0
 
     def notify(self, records: Sequence[Mapping[str, Any]]) -> None:

@@ -3,7 +3,7 @@
 Used by ``sevents-demo``, the end-to-end tests and the latency benchmark. Every part is the real one: the
 simulator serves HTTP on loopback, each collector has its own state dir and polls it over HTTP, the ingest
 reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``. Collectors run as
-threads of this process (``Agent``), or with ``processes=True`` as ``sevents-collector run`` processes that the
+threads of this process (``Collector``), or with ``processes=True`` as ``sevents-collector run`` processes that the
 simulated VMs' real downtime is done to (``demo.processes``): paused, or killed and started with a new boot id;
 and the scenario's collector faults: killed, or stopped cleanly, for good.
 """
@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collector.agent import Agent
+from collector.process import Collector
 from collector.settings import CollectorSettings, load_approval
 from collector.status import depth
 from collector.wiring import build_agent
@@ -45,7 +45,7 @@ class FleetRun:
     sim: SimServer
     settings: IngestSettings
     poll_interval: float
-    agents: list[Agent] = field(default_factory=list)
+    agents: list[Collector] = field(default_factory=list)
     processes: list[CollectorProcess] = field(default_factory=list)
     downtimes: Downtimes | None = None
     threads: list[threading.Thread] = field(default_factory=list)

@@ -149,8 +149,7 @@ def test_the_ticker_reports_a_jump_of_its_clock_as_a_pause() -> None:
             done.set()
             return 7.0
 
-    ticker = Ticker(period_s=0.01, pause_min_s=1.5, clock=lambda: at(100), counting=counting)
-    ticker.on_pause = seen.append
+    ticker = Ticker(period_s=0.01, pause_min_s=1.5, clock=lambda: at(100), counting=counting, on_pause=seen.append)
     thread = threading.Thread(target=ticker.run, args=(done,))
     thread.start()
     thread.join(10)

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from collector.agent import Agent, AgentError
+from collector.agent import AgentError
 from collector.imds import ImdsError
 from collector.outbox import DROP_TRANSITIONS_DEFERRED, OutboxIOError, OutboxRow
+from collector.process import Collector
 from collector.settings import CollectorSettings
 from collector.ship import SinkError
 from collector.wiring import build_agent
@@ -61,7 +62,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def kinds_committed(agent: Agent, sink: ScriptedSink) -> list[str]:
+def kinds_committed(agent: Collector, sink: ScriptedSink) -> list[str]:
     """Transition kinds committed so far: those already shipped and those still in the outbox."""
     rows = [*sink.received, *agent.outbox.pending()]
     return [json.loads(r.payload).get("kind") for r in rows if r.record_type == "transition"]

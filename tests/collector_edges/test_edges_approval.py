@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from collector.agent import Agent
 from collector.approval import ApprovalPolicy
 from collector.approver import LEDGER_KEY
 from collector.imds import ImdsClient
+from collector.process import Collector
 from collector.settings import CollectorSettings, load_approval
 from collector.wiring import build_agent
 from demo.fleetrun import write_approval_config
@@ -67,7 +67,7 @@ def _hook(tmp_path: Path, body: str) -> tuple[str, ...]:
 
 
 @contextmanager
-def _fleet(sim: SimServer, tmp_path: Path, policy: ApprovalPolicy) -> Iterator[dict[str, Agent]]:
+def _fleet(sim: SimServer, tmp_path: Path, policy: ApprovalPolicy) -> Iterator[dict[str, Collector]]:
     agents = {
         name: build_agent(
             CollectorSettings(
@@ -95,7 +95,7 @@ def _fleet(sim: SimServer, tmp_path: Path, policy: ApprovalPolicy) -> Iterator[d
             agent.close()
 
 
-def _decisions(agent: Agent) -> list[dict[str, Any]]:
+def _decisions(agent: Collector) -> list[dict[str, Any]]:
     rows = [json.loads(r.payload) for r in agent.outbox.pending(limit=10_000)]
     return [r for r in rows if r["record_type"] == "approval"]
 

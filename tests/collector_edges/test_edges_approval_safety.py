@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from collector.agent import Agent
 from collector.approval import ApprovalPolicy
+from collector.process import Collector
 from collector.settings import CollectorSettings
 from collector.windows import DAYS, parse_window
 from collector.wiring import build_agent
 from tests.collector_edges.fake_imds import FakeImds, event
 
 
-def _decisions(agent: Agent) -> list[dict[str, Any]]:
+def _decisions(agent: Collector) -> list[dict[str, Any]]:
     rows = [json.loads(r.payload) for r in agent.outbox.pending(limit=10_000)]
     return [r for r in rows if r["record_type"] == "approval"]
 

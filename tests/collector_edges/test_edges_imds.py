@@ -55,11 +55,10 @@ def test_one_connection_carries_successive_requests(imds: FakeImds) -> None:
 
 def test_a_connection_the_server_closed_while_idle_is_replaced(imds: FakeImds) -> None:
     """IMDS closing an idle kept-alive connection costs nothing: the next request opens a new one, first try."""
-    c = client(imds)
+    errors: list[str] = []
+    c = client(imds, on_error=errors.append)
     c.scheduled_events(threading.Event())
     imds.hang_up_idle()
-    errors: list[str] = []
-    c.on_error = errors.append
     assert c.scheduled_events(threading.Event()).attempts == 1
     assert errors == []
     assert len({s.peer for s in imds.seen}) == 2

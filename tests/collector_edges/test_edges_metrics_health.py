@@ -135,8 +135,7 @@ def test_webhook_counts_each_post_attempt_and_why_it_failed() -> None:
     metrics.webhook_ready()
     receiver = Receiver(fail=1)  # a 503, then accepted
     try:
-        hook = Webhook(receiver.url, ["Preempt"], backoff=Backoff(initial=0.01, cap=0.01))
-        hook.on_post = metrics.webhook_post
+        hook = Webhook(receiver.url, ["Preempt"], backoff=Backoff(initial=0.01, cap=0.01), on_post=metrics.webhook_post)
         stop = threading.Event()
         worker = threading.Thread(target=hook.run, args=(stop,), daemon=True)
         worker.start()
@@ -169,9 +168,15 @@ def test_approver_counts_decisions_and_hook_outcomes(tmp_path: Path) -> None:
     snapshot, _ = diff(Snapshot.empty(), decode_document(body), datetime.now(UTC))
     client = cast(ImdsClient, SimpleNamespace(api_version="2020-07-01"))
     with Outbox(tmp_path / "o.sqlite") as outbox:
-        approver = Approver(policy, client, outbox, clock=lambda: datetime.now(UTC), collector_version="0")
-        approver.on_decision = metrics.approval_decision
-        approver.on_hook = metrics.hook_run
+        approver = Approver(
+            policy,
+            client,
+            outbox,
+            clock=lambda: datetime.now(UTC),
+            collector_version="0",
+            on_decision=metrics.approval_decision,
+            on_hook=metrics.hook_run,
+        )
         approver.offer(snapshot, VmIdentity("id-0", "web-0"), threading.Event())  # no worker: jobs run now
     assert _values(reader, "sevents.collector.approval_decisions") == {
         (("decision", "not_covered"),): 1,

@@ -1,7 +1,7 @@
 """A whole pipeline through Event Hubs in one process: simulator -> collectors -> hub -> ingest workers -> chdb.
 
 The Event Hubs twin of ``demo.fleetrun``. Every part is the real one: the simulator on loopback, one
-collector ``Agent`` per VM with an ``EventHubsSink``, the local AMQP endpoint, ``EventHubsSource`` workers
+collector ``Collector`` per VM with an ``EventHubsSink``, the local AMQP endpoint, ``EventHubsSource`` workers
 with Azurite checkpoints, and the ingest ``Handler`` writing to embedded ClickHouse.
 
 Why the workers are threads sharing one handler: chdb admits one process per data directory, so workers
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.agent import Agent
+from collector.process import Collector
 from collector.settings import CollectorSettings
 from collector.ship_eventhubs import EventHubsSink
 from collector.wiring import build_agent
@@ -72,7 +72,7 @@ class EhFleet:
     endpoint: EventHubsEndpoint
     deliver: SharedDeliver
     checkpoint_store: Callable[[], Any]
-    agents: list[Agent] = field(default_factory=list)
+    agents: list[Collector] = field(default_factory=list)
     sinks: list[EventHubsSink] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     collectors_stop: threading.Event = field(default_factory=threading.Event)

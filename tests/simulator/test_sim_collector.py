@@ -1,6 +1,6 @@
 """The simulator and the real collector together: the collector's transitions match the ground truth.
 
-For every built-in scenario, real ``collector.agent.Agent`` instances poll the simulator over HTTP (one per
+For every built-in scenario, real ``collector.process.Collector`` instances poll the simulator over HTTP (one per
 watched VM, each in its own thread) while the scenario runs; then every truth row of a watched VM is compared
 with that VM's transition records. A change becomes visible at its truth time and a poll comes at least every
 ``POLL`` seconds, so each observation must fall within one poll interval (plus ``SLACK`` for the request's own
