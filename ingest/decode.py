@@ -56,14 +56,12 @@ __all__ = [
     "UINT16",
     "UINT32",
     "UINT64",
+    "Decoder",
     "Limits",
     "Plan",
     "Rule",
-    "decode",
     "decode_noted",
     "decode_reference",
-    "decode_row",
-    "decode_values",
     "decoder_for",
 ]
 
@@ -154,54 +152,14 @@ def _fits_int64(rule: Rule) -> bool:
     return INT64[0] <= rule.bounds[0] and rule.bounds[1] <= INT64[1]
 
 
-def decode(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """The validated record holding exactly the known fields; raises InvalidRecord and nothing else."""
-    plan, row = _validated(payload, limits)
-    wire = [records.format_time(v) if i in plan.times and v is not None else v for i, v in enumerate(row)]
-    return dict(zip(plan.names, wire, strict=True))
-
-
-def decode_values(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...]]:
-    """``decode`` for the hot path: the record type and the field values in ``RULES`` (column) order.
-
-    Timestamps come back parsed (aware UTC datetimes), ready for their DateTime64 columns.
-    """
-    plan, row = _validated(payload, limits)
-    return plan.record_type, tuple(row)
-
-
-def decode_row(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...]]:
-    """``decode_values`` with ``position`` appended: the record type and its complete table row."""
-    plan, row = _validated(payload, limits)
-    row.append(position)
-    return plan.record_type, tuple(row)
-
-
-def decode_noted(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
-    """``decode_row`` and the note of the fields made safe ("" when none: the record was stored as sent).
-
-    A non-empty note means the row holds repaired values and the original payload belongs in dead letters.
-    """
-    plan, row, notes = _validated_noted(payload, limits)
-    row.append(position)
-    return plan.record_type, tuple(row), notes
-
-
 def decode_reference(payload: bytes, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...]]:
-    """``decode_values`` by the precise path alone: what the fast path must agree with (tests compare them)."""
+    """The record type and field values (in ``RULES`` order, without the position) by the precise path alone: the
+    oracle ``decode_noted`` must agree with (``tests/ingest/test_ingest_fastpath.py`` compares them)."""
     plan, row, _ = _precise(payload, limits)
     return plan.record_type, tuple(row)
 
 
-def _validated(payload: bytes, limits: Limits) -> tuple[Plan, list[Any]]:
-    plan, row, _ = _validated_noted(payload, limits)
-    return plan, row
-
-
-def _validated_noted(
-    payload: bytes, limits: Limits, plans: tuple[Plan, ...] | None = None
-) -> tuple[Plan, list[Any], str]:
-    plans = _FAST_ORDER if plans is None else plans
+def _validated_noted(payload: bytes, limits: Limits, plans: tuple[Plan, ...]) -> tuple[Plan, list[Any], str]:
     if len(payload) > limits.max_payload_bytes:
         raise InvalidRecord("too_large", f"{len(payload)} bytes > {limits.max_payload_bytes}")
     # A payload no longer than the text limit cannot hold a string over it: the fast path need not look.
@@ -375,19 +333,31 @@ _FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)  # the one th
 FAST_PLANS: Final = _FAST_ORDER  # the record types' plans in the order the fast paths try them (ingest.decode_batch)
 
 
-def decoder_for(
-    declaration: Mapping[str, tuple[contract.Field, ...]],
-) -> Callable[[bytes, str, Limits], tuple[str, tuple[Any, ...], str]]:
-    """``decode_noted`` for another declaration of the same record types (e.g. one with a field added).
+Noted = tuple[str, tuple[Any, ...], str]  # record type, table row, note of the fields made safe
+Decoder = Callable[..., Noted]
 
-    The ingest's own decoder is this, built once from ``sevents.contract.CONTRACT``; tests use it to show that a
-    new optional field needs no change here.
-    """
-    plans = tuple(Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items())
 
-    def decode_with(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, tuple[Any, ...], str]:
+def _decoder(plans: tuple[Plan, ...]) -> Decoder:
+    def decode_noted(payload: bytes, position: str, limits: Limits = DEFAULT_LIMITS) -> Noted:
+        """The record type, its complete table row (the values in ``RULES`` order, timestamps parsed to aware UTC
+        datetimes, then ``position``), and the note of the fields made safe ("" when none: stored as sent).
+
+        A non-empty note means the row holds repaired values and the original payload belongs in dead letters.
+        Raises InvalidRecord, and nothing else, for a record that cannot be stored.
+        """
         plan, row, notes = _validated_noted(payload, limits, plans)
         row.append(position)
         return plan.record_type, tuple(row), notes
 
-    return decode_with
+    return decode_noted
+
+
+def decoder_for(declaration: Mapping[str, tuple[contract.Field, ...]]) -> Decoder:
+    """``decode_noted`` for a declaration of the record types (``sevents.contract.CONTRACT`` or, in tests, one with
+    a field added: a new optional field needs no change here)."""
+    return _decoder(tuple(Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items()))
+
+
+# The one decoder the ingest stores by (ingest.handler; ingest.decode_batch takes the common case in columns and
+# hands it every record it cannot vouch for), built from the contract's plans in the order the fast paths try them.
+decode_noted: Final = _decoder(_FAST_ORDER)

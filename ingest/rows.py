@@ -63,12 +63,9 @@ class Batch:
         self.columns[table] = columns
         self.origins[table] = list(deliveries)
 
-    def add_record(self, record_type: str, values: tuple[Any, ...], delivery: Delivery) -> None:
-        """One validated record (``decode_values``) and the delivery it came in; the hot path uses ``add_row``."""
-        self.add_row(record_type, (*values, delivery.position), delivery)
-
     def add_row(self, record_type: str, row: tuple[Any, ...], delivery: Delivery) -> None:
-        """One complete row (``decode_row``: the values and the delivery's position) and its delivery."""
+        """One complete row (``ingest.decode.decode_noted``: the values and the delivery's position) and its
+        delivery."""
         table = TABLE_OF[record_type]
         self.rows[table].append(row)
         self.origins[table].append(delivery)

@@ -9,7 +9,7 @@ import pytest
 
 from demo import synthetic
 from ingest.columns import LAYOUTS, arrow_column, arrow_table
-from ingest.decode import decode_row
+from ingest.decode import decode_noted
 from ingest.rows import COLUMNS_OF
 from sevents.records import encode
 from tests.ingest.conftest import scalar
@@ -26,7 +26,7 @@ def test_low_cardinality_columns_are_dictionary_encoded_and_nullable_ones_keep_n
     assert arrow_column("kind", "LowCardinality(String)").dictionary
     assert not arrow_column("vm_id", "String").dictionary
     record = {**synthetic.transition(not_before=None, description=None), "event_source": None}
-    table = arrow_table(LAYOUTS["transitions"], [decode_row(encode(record), "p#0")[1]])
+    table = arrow_table(LAYOUTS["transitions"], [decode_noted(encode(record), "p#0")[1]])
     assert pa.types.is_dictionary(table.column("kind").type)
     assert table.column("not_before").null_count == 1
     assert table.column("description").null_count == 1
@@ -35,7 +35,7 @@ def test_low_cardinality_columns_are_dictionary_encoded_and_nullable_ones_keep_n
 
 def test_a_value_outside_its_arrow_type_raises_a_value_error() -> None:
     """An out-of-range integer is refused by pyarrow with an error the writer turns into a refused row."""
-    row: Any = list(decode_row(encode(synthetic.transition()), "p#0")[1])
+    row: Any = list(decode_noted(encode(synthetic.transition()), "p#0")[1])
     row[COLUMNS_OF["transitions"].index("fault_domain")] = 70_000  # beyond UInt16
     with pytest.raises((ValueError, OverflowError)):
         arrow_table(LAYOUTS["transitions"], [tuple(row)])
@@ -46,7 +46,7 @@ def test_rows_stored_through_arrow_read_back_equal_to_the_decoded_values(ch: Any
     records = [synthetic.transition(incarnation=i) for i in range(2)] + [synthetic.heartbeat(vm_index=1)]
     records.append({**synthetic.transition(incarnation=9, not_before=None, description=None), "event_source": None})
     for table in ("transitions", "heartbeats"):
-        rows = [decode_row(encode(r), f"p#{i}")[1] for i, r in enumerate(records) if r["record_type"] + "s" == table]
+        rows = [decode_noted(encode(r), f"p#{i}")[1] for i, r in enumerate(records) if r["record_type"] + "s" == table]
         ch.insert_arrow(f"{db}.{table}", arrow_table(LAYOUTS[table], rows))
         columns = ", ".join(COLUMNS_OF[table])
         stored = ch.query(f"SELECT {columns} FROM {db}.{table} ORDER BY source_position").result_rows

@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from demo import synthetic
-from ingest.decode import TRANSITION_RULES, Limits, decode
+from ingest.decode import TRANSITION_RULES, Limits
 from ingest.errors import InvalidRecord
 from sevents import records
 from sevents.records import encode
+from tests.ingest.decoding import record as decode
 
 
 def test_synthetic_transition_and_heartbeat_decode_to_their_known_fields() -> None:

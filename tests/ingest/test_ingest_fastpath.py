@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from demo import synthetic
-from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES, Limits, decode_reference, decode_values
+from ingest.decode import HEARTBEAT_RULES, TRANSITION_RULES, Limits, decode_reference
 from ingest.errors import InvalidRecord
 from sevents.records import encode
+from tests.ingest.decoding import values as decode_values
 from tests.tiers import examples
 
 FIELDS = sorted(set(TRANSITION_RULES) | set(HEARTBEAT_RULES) | {"future_field"})

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from demo import synthetic
 from demo.compare import compare, compare_downtime, fault_domain_checks, fault_domain_truth, observation_windows
 from demo.processes import Applied, answers_heard
-from ingest.decode import Limits, decode_values
+from ingest.decode import Limits, decode_noted
 from ingest.handler import prepare
 from ingest.rows import insert_token
 from ingest.source import Delivery
@@ -30,8 +30,9 @@ def test_halving_a_batch_keeps_every_row_exactly_once(transitions: int, heartbea
     sent = [Delivery(encode(synthetic.transition(incarnation=i)), f"t#{i}") for i in range(transitions)]
     batch, _ = prepare(sent, source="t", limits=Limits(), received_at=datetime.now(UTC))
     for i in range(heartbeats):  # rows of another table, and rows after the columns of the same table
-        batch.add_record(*decode_values(encode(synthetic.heartbeat(vm_index=i))), Delivery(b"", f"h#{i}"))
-        batch.add_record(*decode_values(encode(synthetic.transition(incarnation=99 + i))), Delivery(b"", f"r#{i}"))
+        batch.add_row(*decode_noted(encode(synthetic.heartbeat(vm_index=i)), f"h#{i}")[:2], Delivery(b"", f"h#{i}"))
+        transition = encode(synthetic.transition(incarnation=99 + i))
+        batch.add_row(*decode_noted(transition, f"r#{i}")[:2], Delivery(b"", f"r#{i}"))
     pending, singles = [batch], []
     while pending:
         part = pending.pop()
