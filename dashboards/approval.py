@@ -11,6 +11,7 @@ from typing import Any, Final
 from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.fleet import event_link_override
+from ingest import queries
 
 # Who released each event, from the event's moments over all the evidence (the views' ``released_by``, migration
 # 0013): sevents' own approval record, an earlier start than NotBefore without one (approved outside sevents),
@@ -45,6 +46,8 @@ DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f
 # the lifecycle of each event is all these panels show: no sets, Resources or observed impact to pay for
 EVENTS = f.since(f.OVERLAPPING_IDS, "event_lifecycles_since")
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
+# per (event, observing VM): the user-initiated events' waits are per affected VM (ingest.queries.USER_WAITS)
+USER_EVENTS = f.since(f.OVERLAPPING_IDS, "event_vms_since")
 
 
 def panels() -> list[g.Panel | g.Row]:
@@ -125,6 +128,22 @@ def panels() -> list[g.Panel | g.Row]:
             height=8,
             description="Every decision of the collectors' approval policies: approved, left to the approving VM, "
             "refused by a failing or hanging hook, or not covered (rule: the first rule the event failed).",
+        ),
+        g.Panel(
+            "User-initiated events that waited",
+            "table",
+            "SELECT first_seen_at, vm_name, event_id, event_type, not_before_first AS not_before, released_by, "
+            f"{queries.USER_WAIT_COLUMNS} FROM {USER_EVENTS} "
+            f"WHERE {f.overlapping_range()} AND {queries.USER_WAIT_ROWS} AND {f.event_vm_filter()} "
+            "ORDER BY waited_s DESC, first_seen_at DESC, vm_name LIMIT 1000",
+            width=24,
+            height=8,
+            description="Reboots and Redeploys a user started (EventSource User), per affected VM: how long each "
+            "waited from appearing to its approval or start. Polling switches Scheduled Events on, so such an event "
+            "waits for its NotBefore (about 15 minutes) unless approved: [approval] approve_user_initiated = true "
+            "(or Azure's scheduledEventsPolicy automaticallyApprove) makes the wait about nothing. Waiting: still "
+            "Scheduled, waited until now.",
+            field_config={"overrides": [event_link_override()]},
         ),
         g.Panel(
             "Approval latency over time",

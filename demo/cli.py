@@ -1,10 +1,11 @@
 """``sevents-demo``: a simulated fleet, real collectors, the ingest and embedded ClickHouse, then a summary.
 
-The simulator's ``demo`` scenario (36 VMs over three fault domains: a rolling Freeze wave, a Reboot, a Redeploy,
-a cancellation, a host failure, a pause no event announces) served over loopback HTTP, one collector process per
-VM polling it, the ingest loading ``<workdir>/clickhouse``; then the stored history is compared with the
-simulator's ground truth. The VMs' downtime is made real: a paused VM's collector is stopped (SIGSTOP) for the
-pause, a rebooted VM's collector killed and started again with a new boot id once the VM is back.
+The simulator's ``demo`` scenario (36 VMs over three fault domains: a rolling Freeze wave, a Reboot, a Redeploy, a
+cancellation, a host failure, a pause no event announces) served over loopback HTTP, one collector process per VM
+polling it, the ingest loading ``<workdir>/clickhouse`` and the coordinator beside it (``demo.coordination``); then
+the stored history is compared with the simulator's ground truth. The VMs' downtime is made real: a paused VM's
+collector is stopped (SIGSTOP) for the pause, a rebooted VM's collector killed and started again with a new boot id
+once the VM is back.
 
 Every figure the summary prints is compared with the truth, or its table says it is not: times and durations
 within one poll interval + 0.5 s of the simulator's own moments, downtime within one collector tick + 0.5 s
@@ -331,9 +332,10 @@ def _approvals(
         for a in rows
     ]
     print(
-        "Approval policy decisions (the collectors' [approval] table; notice saved: NotBefore minus the approval; "
-        f"an approved row is compared with the approval the simulator received, notice saved within {tolerance:g} s; "
-        "other decisions and the rule, hook and HTTP columns are not compared)"
+        "Approval policy decisions (the collectors' [approval] table, and the coordinator's for events naming "
+        "several VMs; notice saved: NotBefore minus the approval; an approved row is compared with the approval the "
+        f"simulator received (through IMDS, or the Maintenance API), notice saved within {tolerance:g} s; other "
+        "decisions and the rule, hook and HTTP columns are not compared)"
     )
     cols = ["event", "type", "VM", "decision", "rule", "hook exit", "hook s", "HTTP", "notice saved", "truth"]
     print(table(cols, shown))

@@ -71,6 +71,7 @@ EXACT = (
     "affected_vm_count",
     "fault_domains",
 )
+COORDINATOR_RULE = "coordinator"  # the rule of the coordinator's approvals (ingest.coordinator.Verdict)
 SCOPED = "fault_domain_labels"  # compared exactly too, when the VMs' groups are known
 ENDS = ("ended_at", "started_to_gone_s")  # what an event's end tells
 
@@ -379,23 +380,32 @@ def approval_checks(
     truth_rows: Iterable[Mapping[str, Any]],
     tolerance_s: float,
 ) -> list[Check]:
-    """The collectors' ``approved`` decisions against the approvals the simulator received over HTTP
-    (``received``: ``SimServer.approvals()``): one per (event, VM) on each side, and its notice saved (NotBefore -
-    the approval) within ``tolerance_s``. Other decisions (left to the approver, not covered, hooks) have no truth
-    to compare with."""
+    """The ``approved`` decisions against the approvals the simulator received (``received``:
+    ``SimServer.approvals()``): a collector's against its VM's POST to IMDS, one per (event, VM) on each side; the
+    coordinator's (rule "coordinator") against the event's acknowledge through the Maintenance API, one per event
+    on each side; and each one's notice saved (NotBefore - the approval) within ``tolerance_s``. Other decisions
+    (ready, left to the approver, not covered, hooks) have no truth to compare with."""
     sent: dict[tuple[str, str], datetime] = {}
+    acked: dict[str, datetime] = {}
     for at, vm, event_id, how in sorted(received):
         if how == "http":
             sent.setdefault((event_id, vm), at)
+        elif how == "maintenance":
+            acked.setdefault(event_id, at)
     rows = list(truth_rows)
     not_before = {row["event_id"]: row["not_before"] for row in rows}
     labels = {row["event_id"]: row.get("label", "") for row in rows}
-    approved = {(a["event_id"], a["vm_name"]): a for a in ours if a["decision"] == "approved"}
+    ours = [a for a in ours if a["decision"] == "approved"]
+    approved = {(a["event_id"], a["vm_name"]): a for a in ours if a.get("rule") != COORDINATOR_RULE}
+    coordinated = {a["event_id"]: a for a in ours if a.get("rule") == COORDINATOR_RULE}
+    pairs = [(e, vm, approved.get((e, vm)), sent.get((e, vm))) for e, vm in sorted(sent.keys() | approved.keys())]
+    for event_id in sorted(acked.keys() | coordinated.keys()):
+        row = coordinated.get(event_id)
+        pairs.append((event_id, row["vm_name"] if row else "maintenance-api", row, acked.get(event_id)))
     checks = []
-    for event_id, vm in sorted(sent.keys() | approved.keys()):
-        row, received_at = approved.get((event_id, vm)), sent.get((event_id, vm))
+    for event_id, vm, row, received_at in pairs:
         label = f"{labels.get(event_id, '?')} {vm}"
-        if row is None or received_at is None:  # an approval recorded that IMDS never received, or never recorded
+        if row is None or received_at is None:  # an approval recorded that Azure never received, or never recorded
             recorded, truth = (vm if row else None), (vm if received_at else None)
             checks.append(Check(event_id, label, "approved_by", recorded, truth, False))
             continue

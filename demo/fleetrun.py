@@ -2,7 +2,9 @@
 
 Used by ``sevents-demo``, the end-to-end tests and the latency benchmark. Every part is the real one: the
 simulator serves HTTP on loopback, each collector has its own state dir and polls it over HTTP, the ingest
-reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``. Collectors run as
+reads the outboxes while they are written and loads the embedded ClickHouse in ``workdir``; when the collectors
+act on an approval policy, the coordinator runs beside the ingest (``demo.coordination``) and approves the events
+naming several VMs through the simulator's Maintenance API once every one of them is ready. Collectors run as
 threads of this process (``Collector``), or with ``processes=True`` as ``sevents-collector run`` processes that the
 simulated VMs' real downtime is done to (``demo.processes``): paused, or killed and started with a new boot id;
 and the scenario's collector faults: killed, or stopped cleanly, for good.
@@ -27,6 +29,7 @@ from collector.process import Collector
 from collector.settings import CollectorSettings, load_approval
 from collector.status import depth
 from collector.wiring import build_agent
+from demo import coordination
 from demo.processes import CollectorProcess, Downtimes, start_collectors
 from ingest.clickhouse import _locked
 from ingest.errors import TargetError
@@ -53,6 +56,8 @@ class FleetRun:
     ingest_stop: threading.Event = field(default_factory=threading.Event)
     pipeline: Pipeline | None = None
     ingest_thread: threading.Thread | None = None
+    coordinator_stop: threading.Event = field(default_factory=threading.Event)
+    coordinator_thread: threading.Thread | None = None  # beside the ingest when the collectors act (a policy)
     failures: list[BaseException] = field(default_factory=list)
 
     @property
@@ -86,6 +91,7 @@ class FleetRun:
         for thread in self.threads:
             thread.join(timeout=30)
         self._stop_processes()
+        self._stop_coordinator()
         self.ingest_stop.set()
         if self.ingest_thread is not None:
             self.ingest_thread.join(timeout=60)
@@ -109,6 +115,11 @@ class FleetRun:
                 return False
         return False
 
+    def _stop_coordinator(self) -> None:
+        self.coordinator_stop.set()
+        if self.coordinator_thread is not None:
+            self.coordinator_thread.join(timeout=30)
+
     def _stop_processes(self) -> None:
         if self.downtimes is not None:
             self.downtimes.release()
@@ -122,6 +133,7 @@ class FleetRun:
         for thread in self.threads:
             thread.join(timeout=30)
         self._stop_processes()
+        self._stop_coordinator()
         for agent in self.agents:
             agent.close()
         self.agents.clear()
@@ -194,7 +206,10 @@ def start(
                 first_call_timeout=10.0,
             )
             run.agents.append(build_agent(collector, approval=policy))
-        run.pipeline = build(settings, run.ingest_stop)
+        run.pipeline = build(settings, run.ingest_stop)  # migrated: the coordinator reads its tables
+        if policy.enabled:  # the collectors act: events naming several VMs wait for the coordinator
+            coordinate = coordination.runner(policy, sim, workdir, settings.clickhouse, database)
+            run.coordinator_thread = _thread(run, lambda: coordinate(run.coordinator_stop), "coordinator")
         for agent in run.agents:
             run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))
         pipeline = run.pipeline

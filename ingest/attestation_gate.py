@@ -142,7 +142,7 @@ class AttestationGate:
             if attestations:
                 self._pin(attestations, passed)
         for delivery in records:
-            error = self._refusal(delivery) if delivery in checked else None
+            error = self._refusal(delivery) if self.required and delivery.provenance is not None else None
             if error is None:
                 passed.kept.append(delivery)
             else:

@@ -196,6 +196,13 @@ def parser() -> argparse.ArgumentParser:
     add_event_type_flag(
         a, "only this event type; repeatable or comma-separated (default Reboot,Redeploy)", old=("--types",)
     )
+    a = audit.add_parser(
+        "user-waits",
+        allow_abbrev=False,
+        help="user-initiated events (EventSource User) in a window, per VM: how long each waited for its approval "
+        "or start (polling switches Scheduled Events on; [approval] approve_user_initiated makes it ~0)",
+    )
+    _window(a)
     a = audit.add_parser("silent", allow_abbrev=False, help="VMs whose collector went quiet or whose last poll failed")
     a.add_argument(
         "--threshold",
@@ -438,7 +445,7 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     q = args.question
     params: dict[str, Any] = {}
-    if q in ("vm", "disruptive", "events", "fault-domains", "downtime", "gaps"):
+    if q in ("vm", "disruptive", "events", "fault-domains", "downtime", "gaps", "user-waits"):
         try:
             params = {"since": parse_when(args.since, now), "until": parse_when(args.until, now)}
         except ValueError as error:
@@ -459,6 +466,8 @@ def _audit(settings: IngestSettings, args: argparse.Namespace) -> int:
         except EventTypeError as error:
             print(f"sevents-ingest: {error}", file=sys.stderr)
             return int(ExitCode.INVALID)
+    elif q == "user-waits":
+        query = queries.USER_WAITS
     elif q == "silent":
         query, params = queries.SILENT_VMS, {"now": now, "threshold_s": args.threshold}
     elif q == "events":

@@ -10,14 +10,15 @@ rules, in order: the event type, its source, its duration, still Scheduled, the 
 ``deadline_s`` on the event is left to the platform), a failed hook (nothing approved, whatever the quorum), and
 the quorum (``all``: every VM Resources names is ready; a number: that many of them), then the windows.
 
-Exactly one coordinator acts per event. Each event has a blob whose lease (``lease_s``) the deciding coordinator
-holds; the blob keeps the event's stage, written under that lease before each step that cannot be taken back:
-``sending`` (with the record to store if no answer is heard) before the acknowledge POST, ``decided`` (with the
-final record) after it, ``done`` once the record is stored. A coordinator killed at any point leaves the lease to
-expire; the next one to take it finds the stage and finishes: ``sending`` or ``decided`` are stored as kept (an
-approval sent whose answer nobody heard is recorded ``approved`` with no HTTP status, as the collectors do), never
-POSTed again. A coordinator that stalled past its lease can no longer write the stage, so it never POSTs after
-another took over.
+Exactly one coordinator acts per event. Each event has a lease (``lease_s``) the deciding coordinator holds: a blob
+in Azure Storage (coordinator_azure.py) or, with ``lease_backend = "local"``, a SQLite row in ``lease_dir`` for
+coordinators on one machine (coordinator_leases.py). The lease keeps the event's stage, written under that lease
+before each step that cannot be taken back: ``sending`` (with the record to store if no answer is heard) before the
+acknowledge POST, ``decided`` (with the final record) after it, ``done`` once the record is stored. A coordinator
+killed at any point leaves the lease to expire; the next one to take it finds the stage and finishes: ``sending`` or
+``decided`` are stored as kept (an approval sent whose answer nobody heard is recorded ``approved`` with no HTTP
+status, as the collectors do), never POSTed again. A coordinator that stalled past its lease can no longer write the
+stage, so it never POSTs after another took over.
 
 Every decision is an ``approval`` record like the collectors' (``vm_id`` "coordinator", so that the same decision
 stored twice is one row; ``vm_name`` and ``approver`` name the coordinator; the subscription, resource group and
@@ -243,6 +244,10 @@ def coordinator_record(
     }
 
 
+class LeaseLost(Exception):
+    """The lease of an event is no longer ours: another coordinator decides about it."""
+
+
 class Acks(Protocol):
     def acknowledge(self, resource: str, event_id: str) -> tuple[int | None, str]: ...
 
@@ -282,7 +287,7 @@ class Coordinator:
         return acted
 
     def _decide(self, event_id: str, verdict: Verdict) -> bool:
-        from ingest.coordinator_azure import LeaseLost, ack_resource
+        from ingest.coordinator_azure import ack_resource
 
         with self.leases.hold(event_id) as held:
             if held is None:
@@ -365,22 +370,11 @@ def run(
     acks: Acks | None = None,
     leases: Leases | None = None,
 ) -> int:
-    """``sevents-ingest coordinate``: look every ``poll_interval`` (or once) until ``stop``; the exit code."""
-    from ingest.azure_identity import make_credential
-    from ingest.coordinator_azure import Acknowledger, BlobLeases
-
-    credential = make_credential(settings.credential, settings.client_id)
+    """``sevents-ingest coordinate``: look every ``poll_interval`` (or once) until ``stop``; the exit code.
+    ``acks``, ``leases``: given by the caller (the demo's simulator), else built from ``settings``."""
     name = settings.coordinator_name
-    own_acks = acks or Acknowledger(
-        credential, settings.arm_endpoint, settings.api_version, name=name, timeout_s=settings.lease_s / 3
-    )
-    own_leases = leases or BlobLeases.from_settings(
-        settings.connection_string(),
-        settings.lease_blob_url,
-        settings.lease_container,
-        credential,
-        settings.lease_s,
-    )
+    own_acks = acks or _acknowledger(settings)
+    own_leases = leases or make_leases(settings)
     coordinator = Coordinator(settings, Store(client, database), own_acks, own_leases)
     log.info("coordinator running", extra={"coordinator": name, "once": once, "quorum": settings.quorum})
     try:
@@ -402,3 +396,33 @@ def run(
                 closer()
     log.info("coordinator stopped")
     return 0
+
+
+def _acknowledger(settings: CoordinatorSettings) -> Acks:
+    from ingest.azure_identity import make_credential
+    from ingest.coordinator_azure import Acknowledger
+
+    credential = make_credential(settings.credential, settings.client_id)
+    name = settings.coordinator_name
+    return Acknowledger(
+        credential, settings.arm_endpoint, settings.api_version, name=name, timeout_s=settings.lease_s / 3
+    )
+
+
+def make_leases(settings: CoordinatorSettings) -> Leases:
+    """The leases ``lease_backend`` names: a blob per event in Azure Storage, or a row per event in ``lease_dir``."""
+    if settings.lease_backend == "local":
+        from ingest.coordinator_leases import LocalLeases
+
+        assert settings.lease_dir is not None  # the settings' problems say so first
+        return LocalLeases(settings.lease_dir, settings.lease_s)
+    from ingest.azure_identity import make_credential
+    from ingest.coordinator_azure import BlobLeases
+
+    return BlobLeases.from_settings(
+        settings.connection_string(),
+        settings.lease_blob_url,
+        settings.lease_container,
+        make_credential(settings.credential, settings.client_id),
+        settings.lease_s,
+    )

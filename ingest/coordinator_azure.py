@@ -36,6 +36,7 @@ from azure.core.pipeline.policies import (
 from azure.core.rest import HttpRequest
 
 from ingest.azure_identity import credential_scope
+from ingest.coordinator import LeaseLost
 from sevents.version import version
 
 log = logging.getLogger("ingest.coordinator")
@@ -112,10 +113,6 @@ def _blob_sdk() -> Any:
     from azure.storage import blob
 
     return blob
-
-
-class LeaseLost(Exception):
-    """The lease of an event's blob is no longer ours: another coordinator decides about it."""
 
 
 class Held:

@@ -4,7 +4,8 @@ Every setting also comes from ``SEVENTS_COORDINATOR_<NAME>`` (the lease connecti
 file named by ``lease_connection_string_file``). The policy's rules mirror the collectors' ``[approval]`` table:
 ``event_types`` (required), ``sources``, ``max_duration_s``; then the coordinator's own: ``quorum`` (``all``, or how
 many of the event's VMs must be ready), ``deadline_s`` (seconds before NotBefore after which the event is left to
-the platform) and ``windows`` (UTC maintenance windows, as the collector's).
+the platform) and ``windows`` (UTC maintenance windows, as the collector's). Leases: ``lease_backend = "blob"`` (the
+default, Azure Storage) or ``"local"`` (a SQLite file in ``lease_dir``, for coordinators on one machine).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sevents.config import build, one_of
 SECTION: Final = "coordinator"
 PREFIX: Final = "SEVENTS_COORDINATOR_"
 CREDENTIALS: Final = ("default", "managed_identity")
+LEASE_BACKENDS: Final = ("blob", "local")  # coordinator_azure.BlobLeases, coordinator_leases.LocalLeases
 # The acknowledge API's versions run from 2023-10-01-preview to 2025-11-01 (shared/DESIGN.md); the newest stable.
 API_VERSION: Final = "2025-11-01"
 
@@ -43,6 +45,8 @@ class CoordinatorSettings:
     api_version: str = API_VERSION
     credential: str = "default"  # default (DefaultAzureCredential) or managed_identity
     client_id: str = ""  # a user-assigned identity's client id
+    lease_backend: str = "blob"  # blob (Azure Storage: coordinators anywhere) or local (lease_dir, one machine)
+    lease_dir: Path | None = None  # local: the directory the coordinators of this machine share
     lease_blob_url: str = ""  # https://account.blob.core.windows.net (with the identity above)
     lease_container: str = "sevents-coordinator"
     lease_connection_string_file: Path | None = None
@@ -96,12 +100,17 @@ def problems(s: CoordinatorSettings) -> list[str]:
     found += one_of("credential", s.credential, CREDENTIALS)
     if not 15 <= s.lease_s <= 60:
         found.append("lease_s must be 15 to 60 seconds (Azure Storage's lease durations)")
-    if not (s.lease_blob_url or s.lease_connection_string or s.lease_connection_string_file):
+    found += one_of("lease_backend", s.lease_backend, LEASE_BACKENDS)
+    if s.lease_backend == "local" and s.lease_dir is None:
+        found.append('lease_backend = "local" needs lease_dir: the directory this machine\'s coordinators share')
+    blob = s.lease_blob_url or s.lease_connection_string or s.lease_connection_string_file
+    if s.lease_backend == "blob" and not blob:
         found.append(
             "the coordinator needs its leases: lease_blob_url (with the identity) or a connection string "
-            f"({PREFIX}LEASE_CONNECTION_STRING or lease_connection_string_file)"
+            f'({PREFIX}LEASE_CONNECTION_STRING or lease_connection_string_file), or lease_backend = "local" '
+            "with lease_dir for coordinators on one machine"
         )
-    if not s.lease_container:
+    if s.lease_backend == "blob" and not s.lease_container:
         found.append("lease_container must name a blob container")
     return found
 

@@ -290,6 +290,34 @@ ORDER BY first_seen_at, event_id
     {"types": "Array(String)", "since": "DateTime64", "until": "DateTime64"},
 )
 
+# User-initiated events (EventSource User) per affected VM (issue 28): polling switches Scheduled Events on, and a
+# user's own Reboot or Redeploy then waits for its NotBefore unless something approves it. The wait runs from the
+# VM first seeing the event to the first of its approval and its start; one still Scheduled has waited until now,
+# one that never started until it was last seen. approve_user_initiated (or Azure's automaticallyApprove, which
+# shows the event Started at once) makes it about nothing. Shared by the audit question and the approval panel.
+USER_WAIT_COLUMNS = (
+    "least(ifNull(approved_at, started_at), ifNull(started_at, approved_at)) AS released_at, "
+    "multiIf(released_at IS NOT NULL, 'released', outcome = 'active', 'waiting', outcome) AS wait_state, "
+    "greatest(0, dateDiff('millisecond', first_seen_at, "
+    "multiIf(released_at IS NOT NULL, released_at, outcome = 'active', now64(3), last_seen_at))) / 1000 AS waited_s"
+)
+USER_WAIT_ROWS = "event_source = 'User' AND affects_this_vm"
+
+USER_WAITS = Query(
+    "user_waits",
+    "User-initiated events (EventSource User) first seen in a window, per affected VM: how long each waited from "
+    "appearing to its approval or start",
+    f"""
+SELECT first_seen_at, vm_name, vm_id, event_id, event_type, not_before_first AS not_before, approved_at,
+       started_at, released_by, {USER_WAIT_COLUMNS}
+FROM {since(WINDOW_IDS, "event_vms", rows_after=WINDOW_ROWS_AFTER)}
+WHERE {USER_WAIT_ROWS}
+  AND first_seen_at >= {{since:DateTime64(3, 'UTC')}} AND first_seen_at < {{until:DateTime64(3, 'UTC')}}
+ORDER BY waited_s DESC, first_seen_at, vm_name
+""",
+    {"since": "DateTime64", "until": "DateTime64"},
+)
+
 SILENT_VMS = Query(
     "silent_vms",
     "VMs whose collector went quiet, or whose last poll failed (retired VMs last, marked)",
@@ -544,6 +572,7 @@ ALL: tuple[Query, ...] = (
     EVENT_BY_FAULT_DOMAIN,
     EVENT_VMS,
     DISRUPTIVE_EVENTS,
+    USER_WAITS,
     SILENT_VMS,
     EVENTS_IN_WINDOW,
     FAULT_DOMAIN_SUMMARY,

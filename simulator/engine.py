@@ -271,8 +271,11 @@ class Engine:
     def _after_delta(self, scenario_seconds: float) -> timedelta:
         return timedelta(seconds=scenario_seconds / self.speed)
 
-    def approve(self, name: str, event_ids: list[str], now: datetime) -> tuple[list[str], list[Happening]]:
-        """Approve on behalf of VM ``name``; returns (ids this VM never saw, happenings)."""
+    def approve(
+        self, name: str, event_ids: list[str], now: datetime, source: str = "http"
+    ) -> tuple[list[str], list[Happening]]:
+        """Approve on behalf of VM ``name`` (``source``: "http" through its IMDS, "maintenance" through the
+        Maintenance API); returns (ids this VM never saw, happenings)."""
         state = self._vm[name]
         unknown = [i for i in event_ids if i not in state.seen]
         happened: list[Happening] = []
@@ -281,7 +284,7 @@ class Engine:
         for event_id in event_ids:
             for e in self._events:
                 if e.event_id == event_id:
-                    happened.extend(self._approve_one(name, e, now, "http"))
+                    happened.extend(self._approve_one(name, e, now, source))
         return [], happened
 
     def done(self) -> bool:

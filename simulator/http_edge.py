@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from simulator.attested import PATH as ATTESTED_PATH
 from simulator.faults import Fault
+from simulator.maintenance import ARM_PREFIX
 from simulator.protocol import Reply
 
 MAX_BODY = 64 * 1024
@@ -33,6 +34,7 @@ class Fleet(Protocol):
     def check(self, path: str, headers: dict[str, str], query: dict[str, list[str]]) -> Reply | str: ...
     def answer(self, vm: str, method: str, path: str, version: str, body: bytes) -> Reply: ...
     def control(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> Reply: ...
+    def acknowledge(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Reply: ...
     def attested(self, vm: str, headers: dict[str, str], query: dict[str, list[str]]) -> Reply: ...
 
 
@@ -99,6 +101,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         if parts.path.startswith("/_sim/"):
             self._send(self.fleet.control(method, parts.path, query, body))
+            return
+        if parts.path.startswith(ARM_PREFIX):  # the Maintenance API's acknowledge (simulator/maintenance.py)
+            self._send(self.fleet.acknowledge(method, parts.path, query, dict(self.headers.items())))
             return
         vm, path = route(parts.path, self.fleet.default_vm)
         if path.rstrip("/") == ATTESTED_PATH and self.fleet.has_vm(vm):  # attested data (simulator/attested.py)

@@ -7,6 +7,7 @@ append ``/metadata/scheduledevents?api-version=...`` or ``/metadata/instance?api
 from __future__ import annotations
 
 import logging
+import secrets
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from sevents.records import format_time
-from simulator import control
+from simulator import control, maintenance
 from simulator.attested import AttestedDocuments
 from simulator.engine import Engine
 from simulator.faults import Fault, FaultBook, parse_fault, scenario_faults
@@ -102,6 +103,7 @@ class SimServer:
         # when each VM was answered a Scheduled Events document: what its collector could know, and when
         self._served: dict[str, deque[datetime]] = {}
         self.rate_limited = 0
+        self.arm_token = secrets.token_urlsafe(32)  # the bearer token its Maintenance API accepts
         # /metadata/attested/document, signed by a test authority in Azure's place (generated at the first request)
         self.attested_documents = attested or AttestedDocuments()
 
@@ -225,7 +227,7 @@ class SimServer:
             return list(self._served.get(name, ()))
 
     def approvals(self) -> list[tuple[datetime, str, str, str]]:
-        """Every approval received: (at, vm, event_id, "http" | "script")."""
+        """Every approval received: (at, vm, event_id, "http" | "maintenance" | "script")."""
         with self._lock:
             return list(self.engine.approval_log)
 
@@ -305,6 +307,26 @@ class SimServer:
         """IMDS's attested data document of VM ``vm`` (simulator/attested.py), once the VM runs."""
         self._while_down(vm)
         return self.attested_documents.answer(vm, self.engine.vms[vm].view, headers, query, self._clock())
+
+    def acknowledge(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Reply:
+        """Azure's Maintenance API acknowledge for the fleet (simulator/maintenance.py), with ``arm_token`` as its
+        bearer token: the approval releases the event as a POST of StartRequests by that VM would."""
+        if method != "POST":
+            return maintenance.error(405, "MethodNotAllowed", "the acknowledge is a POST")
+        request = maintenance.parse(path, query, headers, (self.arm_token,))
+        if isinstance(request, Reply):
+            return request
+        resource_ids = {name: vm.view.resource_id for name, vm in self.engine.vms.items()}
+
+        def approve(vm: str, event_id: str) -> bool:
+            with self._lock:
+                now = self._clock()
+                self._log(self.engine.advance(now))
+                unknown, happened = self.engine.approve(vm, [event_id], now, "maintenance")
+                self._log(happened)
+                return not unknown
+
+        return maintenance.acknowledge(request, lambda r: maintenance.vms_of(r, resource_ids), approve)
 
     def _while_down(self, vm: str) -> None:
         """Hold a request of a VM that is down (paused or rebooting) until it runs again, as a real VM would."""

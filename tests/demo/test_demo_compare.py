@@ -309,3 +309,20 @@ def test_an_approved_row_is_held_to_the_approval_the_simulator_received() -> Non
         ("reboot web-0", None, "web-0", False),
         ("reboot web-1", "web-1", None, False),
     ]
+
+
+def test_the_coordinator_s_approval_is_held_to_the_acknowledge_the_simulator_received() -> None:
+    """A coordinator's approved row (rule "coordinator", its own name as VM) against the event's acknowledge through
+    the Maintenance API, whichever VM's resource it named; the collectors' ready rows are not compared; an
+    acknowledge never recorded, or a coordinator approval never received, fails."""
+    received = [(at(2), "web-1", "E-1", "maintenance")]
+    ours = {**approval("coordinator-a", saved=897.7), "rule": "coordinator"}
+    rows = [ours, {**approval("web-0", "ready", None), "rule": "coordinator"}]
+    checks = approval_checks(rows, received, truth(), TOLERANCE_S)
+    assert [(c.label, c.field, c.ok) for c in checks] == [("reboot coordinator-a", "notice_saved_s", True)]
+    unheard = approval_checks(rows[1:], received, truth(), TOLERANCE_S)
+    assert [(c.label, c.ours, c.truth, c.ok) for c in unheard] == [
+        ("reboot maintenance-api", None, "maintenance-api", False)
+    ]
+    never = approval_checks([ours], [], truth(), TOLERANCE_S)
+    assert [(c.label, c.ours, c.truth, c.ok) for c in never] == [("reboot coordinator-a", "coordinator-a", None, False)]

@@ -3,14 +3,15 @@
 ``POST /subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/{type}/{name}/providers/
 Microsoft.Maintenance/scheduledevents/{eventId}/acknowledge?api-version=...`` with a bearer token that ``tokens``
 holds (the token endpoint of a ``FakeArg`` issues them) answers 200 ``{"value": "Successfully Approved"}``; no or
-an unknown token 401 ``AuthenticationFailed``, another path 404, no api-version 400. ``hold_first``: the first
-acknowledge waits (``held`` set) until ``release`` is set, so a test can kill the coordinator that sent it.
+an unknown token 401 ``AuthenticationFailed``, another path 404, no api-version 400: the protocol of
+simulator/maintenance.py, which the simulator also serves for its fleet. Every event is known here (no fleet).
+``hold_first``: the first acknowledge waits (``held`` set) until ``release`` is set, so a test can kill the
+coordinator that sent it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,12 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-ACK = re.compile(
-    r"^(?P<resource>/subscriptions/[^/]+/resourcegroups/[^/]+/providers/Microsoft\.Compute/"
-    r"(?:virtualMachines|virtualMachineScaleSets|availabilitySets)/[^/]+)"
-    r"/providers/Microsoft\.Maintenance/scheduledevents/(?P<event_id>[^/]+)/acknowledge$",
-    re.IGNORECASE,
-)
+from simulator import maintenance
+from simulator.protocol import Reply
 
 
 @dataclass
@@ -82,18 +79,11 @@ class FakeMaintenance:
         parsed = urlparse(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         h.rfile.read(length)
-        match = ACK.match(parsed.path)
+        request = maintenance.parse(parsed.path, parse_qs(parsed.query), dict(h.headers.items()), self.tokens)
+        reply = request if isinstance(request, Reply) else Reply(200, dict(maintenance.APPROVED))
+        status, body = reply.status, reply.body
+        match = maintenance.ACK.match(parsed.path)
         version = parse_qs(parsed.query).get("api-version", [""])[0]
-        auth = h.headers.get("Authorization", "")
-        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
-        if match is None:
-            status, body = 404, _error("NotFound", "not a scheduled events acknowledge")
-        elif not version:
-            status, body = 400, _error("MissingApiVersionParameter", "api-version is required")
-        elif token not in self.tokens:
-            status, body = 401, _error("AuthenticationFailed", "no valid bearer token")
-        else:
-            status, body = 200, {"value": "Successfully Approved"}
         with self._lock:
             first = status == 200 and not any(a.status == 200 for a in self.acks)
             self.acks.append(
@@ -118,7 +108,3 @@ class FakeMaintenance:
             h.wfile.write(data)
         except OSError:  # the client is gone (killed while it waited)
             pass
-
-
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}

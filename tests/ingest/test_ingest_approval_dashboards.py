@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,105 @@ def test_the_dashboards_show_who_approved_each_event(ch: Any, ch_path: Path, tmp
     assert dict(released.rows) == {"sevents policy (StartRequests)": 1}
     counts = {(r["decision"], r["rule"]): r["decisions"] for r in decisions.dicts()}
     assert counts == {("approved", "first-in-resources"): 1, ("left_to_approver", "first-in-resources"): 1}
+
+
+# -- users' own reboots (issue 28 item 2) -----------------------------------------------------------------------
+
+USER_REBOOT = """name = "user-reboot-waits"
+speed = 60
+
+[fleet]
+[[fleet.groups]]
+name = "solo"
+kind = "standalone"
+size = 1
+
+[[events]]
+label = "reboot"
+group = "solo"
+type = "Reboot"
+source = "User"
+at = 2
+notice = 600
+started_for = 60
+
+[collector_approval]
+event_types = ["Reboot"]
+sources = ["Platform"]
+"""
+
+
+def _user_waits(client: Any, ch_path: Path, event_id: str, since: datetime) -> tuple[list[Any], list[Any]]:
+    """The event's rows in the approval dashboard's panel and in ``sevents-ingest audit user-waits``."""
+    from ingest import cli
+
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    chosen = _everything(client, since, until)
+    shown = run(
+        client, panel("sevents-approval", "User-initiated events that waited").sql, chosen, context(since, until)
+    )
+    argv = ["audit", "user-waits", "--since", "15m", "--clickhouse", f"chdb://{ch_path}", "--format", "json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(argv) == 0
+    audited = [r for r in json.loads(out.getvalue()) if r["event_id"] == event_id]
+    return [r for r in shown.dicts() if r["event_id"] == event_id], audited
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", [False, True], ids=["without-preset", "approve-user-initiated"])
+def test_a_user_initiated_reboot_waits_for_not_before_unless_the_preset_approves_it(
+    ch: Any, ch_path: Path, tmp_path: Path, preset: bool
+) -> None:
+    """A user's Reboot of a polled VM, under a policy for the platform's Reboots only: without the preset the panel
+    and the audit show it waiting while Scheduled, then released by NotBefore after the whole notice; with
+    approve_user_initiated it is approved at the poll that first saw it (before the VM's next answer), and both
+    show it released by sevents with that wait, next to nothing."""
+    scenario = tmp_path / "user-reboot.toml"
+    scenario.write_text(USER_REBOOT + ("approve_user_initiated = true\n" if preset else ""))
+    began = datetime.now(UTC)
+    fleet = start(
+        tmp_path / "run",
+        scenario=str(scenario),
+        poll_interval=0.2,
+        heartbeat_interval=1.0,
+        batch_max_wait=0.2,
+        clickhouse=f"chdb://{ch_path}",
+        database="sevents",
+    )
+    try:
+        waiting: list[Any] = []
+        deadline = time.monotonic() + 60
+        while not preset and not waiting and time.monotonic() < deadline:  # Scheduled: shown waiting
+            ids = [t["event_id"] for t in fleet.sim.truth() if t["first_visible_at"] is not None]
+            shown = _user_waits(fleet.client, ch_path, ids[0], began)[0] if ids else []
+            waiting = [r for r in shown if r["wait_state"] == "waiting"]
+            time.sleep(0.2)
+        assert fleet.sim.wait_done(60), fleet.sim.status()
+        fleet.finish()
+        (fact,) = fleet.sim.truth()
+        answers = fleet.sim.served(fact["vm_name"])
+        (row,), (audited,) = _user_waits(fleet.client, ch_path, fact["event_id"], began)
+    finally:
+        fleet.close()
+    assert (row["vm_name"], row["event_type"], row["wait_state"]) == (fact["vm_name"], "Reboot", "released")
+    assert {k: audited[k] for k in ("vm_name", "wait_state", "released_by")} == {
+        "vm_name": row["vm_name"],
+        "wait_state": "released",
+        "released_by": row["released_by"],
+    }
+    assert audited["waited_s"] == pytest.approx(row["waited_s"], abs=0.002)
+    seen = row["first_seen_at"]
+    if preset:
+        (approval,) = fleet.sim.approvals()
+        after = [t for t in answers if t >= fact["first_visible_at"]]
+        assert approval[0] < after[1]  # approved within the poll that first saw it
+        assert row["released_by"] == "sevents" and row["waited_s"] <= (after[1] - after[0]).total_seconds()
+    else:
+        assert waiting and waiting[0]["waited_s"] >= 0  # the panel showed it waiting while it was Scheduled
+        assert fleet.sim.approvals() == [] and row["released_by"] == "not_before"
+        assert fact["started_at"] >= fact["not_before"]
+        # from its first sight to its start at NotBefore: the whole notice (each end seen within one poll)
+        assert row["waited_s"] == pytest.approx((fact["started_at"] - seen).total_seconds(), abs=0.2 + 0.5)
+        assert row["waited_s"] > 0.9 * (fact["not_before"] - fact["first_visible_at"]).total_seconds()
+    print("user-initiated Reboot,", "preset" if preset else "no preset", ": waited", row["waited_s"], "s")

@@ -1,5 +1,6 @@
 """The coordinator (``sevents-ingest coordinate``): approval after every affected VM is ready, through a loopback
-Maintenance API (bearer token from a loopback managed identity), one blob lease per event in Azurite.
+Maintenance API (bearer token from a loopback managed identity), one lease per event: a blob in Azurite, or a
+SQLite row in a directory (``lease_backend = "local"``, nothing from Azure); each test runs with both.
 
 The collectors' records go in through the ingest's handler, at the moment their hooks would have ended (1, 3 and
 5 s of simulated hook time); the coordinator is polled in between, as its loop does every poll_interval.
@@ -22,9 +23,10 @@ from typing import Any
 import pytest
 
 from ingest.azure_identity import make_credential
-from ingest.coordinator import Coordinator, Store, judge
-from ingest.coordinator_azure import Acknowledger, BlobLeases
-from ingest.coordinator_settings import CoordinatorSettings, load
+from ingest.coordinator import Coordinator, LeaseLost, Store, judge, make_leases
+from ingest.coordinator_azure import Acknowledger
+from ingest.coordinator_leases import LocalLeases
+from ingest.coordinator_settings import CoordinatorSettings, load, problems
 from ingest.handler import Handler
 from sevents.errors import ConfigError
 from tests.eventhubs.azurite import AZURITE, running_azurite
@@ -36,42 +38,63 @@ from .fake_maintenance import FakeMaintenance
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("web-0", "web-1", "web-2")
-needs_azurite = pytest.mark.skipif(not AZURITE.exists(), reason="Azurite missing: bash scripts/setup.sh --test")
 
 
 @pytest.fixture
-def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeArg, FakeMaintenance, str]]:
-    """A token endpoint (App Service managed identity), the Maintenance API, and Azurite's connection string."""
+def arm(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeArg, FakeMaintenance]]:
+    """A token endpoint (App Service managed identity) and the Maintenance API."""
     arg = FakeArg({}).start()
     maintenance = FakeMaintenance(arg.tokens).start()
     for name, value in arg.identity_env.items():
         monkeypatch.setenv(name, value)
     try:
-        with running_azurite(tmp_path / "azurite") as azurite:
-            yield arg, maintenance, azurite.connection_string
+        yield arg, maintenance
     finally:
         maintenance.close()
         arg.close()
 
 
-def _settings(maintenance: FakeMaintenance, connection_string: str, **overrides: Any) -> CoordinatorSettings:
+@pytest.fixture(params=["blob", "local"])
+def azure(
+    request: pytest.FixtureRequest, tmp_path: Path, arm: tuple[FakeArg, FakeMaintenance]
+) -> Iterator[tuple[FakeArg, FakeMaintenance, str]]:
+    """``arm``, and the leases: Azurite's connection string (``blob``), or "" for a SQLite file in tmp_path/leases
+    (``local``, lease_backend = "local": nothing from Azure)."""
+    if request.param == "local":
+        yield (*arm, "")
+        return
+    if not AZURITE.exists():
+        pytest.skip("Azurite missing: bash scripts/setup.sh --test")
+    with running_azurite(tmp_path / "azurite") as azurite:
+        yield (*arm, azurite.connection_string)
+
+
+def _lease_settings(connection_string: str, directory: Path) -> dict[str, Any]:
+    if connection_string:
+        return {"lease_connection_string": connection_string}
+    return {"lease_backend": "local", "lease_dir": directory}
+
+
+def _settings(
+    maintenance: FakeMaintenance, connection_string: str, directory: Path, **overrides: Any
+) -> CoordinatorSettings:
     base = CoordinatorSettings(
         event_types=("Reboot",),
         arm_endpoint=maintenance.url,
         credential="managed_identity",
-        lease_connection_string=connection_string,
         lease_s=15,
         poll_interval=0.2,
         name="coord-a",
+        **_lease_settings(connection_string, directory),
     )
+    assert problems(base) == []
     return replace(base, **overrides)
 
 
 def _coordinator(s: CoordinatorSettings, ch: Any, db: str) -> Coordinator:
     credential = make_credential(s.credential)
     acks = Acknowledger(credential, s.arm_endpoint, s.api_version, name=s.coordinator_name, timeout_s=5)
-    leases = BlobLeases.from_settings(s.connection_string(), "", s.lease_container, credential, s.lease_s)
-    return Coordinator(s, Store(ch, db), acks, leases)
+    return Coordinator(s, Store(ch, db), acks, make_leases(s))
 
 
 def _drive(
@@ -91,13 +114,12 @@ def _drive(
     return stored
 
 
-@needs_azurite
 def test_three_vms_are_approved_after_the_last_ready_record_and_not_before(
-    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str]
+    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str], tmp_path: Path
 ) -> None:
     """Hooks of 1, 3 and 5 s: one acknowledge, after the third ready record, on the first VM's resource."""
     arg, maintenance, connection_string = azure
-    coordinator = _coordinator(_settings(maintenance, connection_string), ch, db)
+    coordinator = _coordinator(_settings(maintenance, connection_string, tmp_path / "leases"), ch, db)
     t0 = datetime.now(UTC)
     e = event("E-three", NAMES, t0 + timedelta(minutes=15))
     handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
@@ -131,15 +153,14 @@ def test_three_vms_are_approved_after_the_last_ready_record_and_not_before(
     assert arg.log.tokens_issued >= 1
 
 
-@needs_azurite
 @pytest.mark.parametrize("third", ["hook_failed", "silent"])
 def test_a_failed_or_silent_vm_leaves_the_event_to_the_platform_at_the_deadline(
-    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str], third: str
+    ch: Any, db: str, handler: Handler, azure: tuple[FakeArg, FakeMaintenance, str], third: str, tmp_path: Path
 ) -> None:
     """Two VMs ready, the third failed its hook or never reported: nothing is POSTed, and at NotBefore - deadline_s
     the coordinator records the event as left to the platform."""
     _, maintenance, connection_string = azure
-    coordinator = _coordinator(_settings(maintenance, connection_string, deadline_s=3.0), ch, db)
+    coordinator = _coordinator(_settings(maintenance, connection_string, tmp_path / "leases", deadline_s=3.0), ch, db)
     t0 = datetime.now(UTC)
     e = event("E-" + third, NAMES, t0 + timedelta(seconds=6))
     handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
@@ -250,7 +271,6 @@ def _wait(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.1)
 
 
-@needs_azurite
 def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
     tmp_path: Path, azure: tuple[FakeArg, FakeMaintenance, str]
 ) -> None:
@@ -279,13 +299,11 @@ def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
         f'arm_endpoint = "{maintenance.url}"\n'
         'credential = "managed_identity"\n'
         "lease_s = 15\npoll_interval = 0.3\n"
+        + ("" if connection_string else f'lease_backend = "local"\nlease_dir = "{tmp_path / "leases"}"\n')
     )
-    env = {
-        **os.environ,
-        **arg.identity_env,
-        "SEVENTS_COORDINATOR_LEASE_CONNECTION_STRING": connection_string,
-        "PYTHONPATH": str(ROOT),
-    }
+    env = {**os.environ, **arg.identity_env, "PYTHONPATH": str(ROOT)}
+    if connection_string:
+        env["SEVENTS_COORDINATOR_LEASE_CONNECTION_STRING"] = connection_string
     procs = {n: _start(n, d, config, env, tmp_path / f"{n}.log") for n, d in directories.items()}
     try:
         _wait(lambda: maintenance.held.is_set() or any(p.poll() is not None for p in procs.values()), 60)
@@ -318,3 +336,61 @@ def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
     assert resumed["approver"] == victim and resumed["vm_name"] == victim
     assert datetime.fromisoformat(resumed["decided_at"].replace("Z", "+00:00")).timestamp() < killed_at
     assert "resuming a decision another coordinator did not finish" in logs[survivor]
+
+
+# -- local leases (lease_backend = "local") ---------------------------------------------------------------------
+
+
+def test_local_leases_one_holder_at_a_time_and_a_killed_holder_s_lease_expires(tmp_path: Path) -> None:
+    """Two coordinators' connections to one lease directory, on a clock the test moves: while A holds an event B
+    gets nothing; A stops answering (killed: never released) and once its lease has run out B takes the event over
+    with the stage A wrote, and A, should it wake, can no longer write, renew or take it back."""
+    now = [1000.0]
+    a = LocalLeases(tmp_path / "leases", 15, clock=lambda: now[0])
+    b = LocalLeases(tmp_path / "leases", 15, clock=lambda: now[0])
+    try:
+        held_by_a = a.hold("E-1")
+        held_a = held_by_a.__enter__()  # not left until B took over: A was killed or stalled while it held the lease
+        assert held_a is not None and held_a.read() == {}
+        held_a.write({"stage": "sending", "record": {"decision": "approved"}})
+        now[0] += 14.9
+        with b.hold("E-1") as held_b:
+            assert held_b is None  # A's lease runs: B looks again at its next pass
+        with b.hold("E-2") as other:
+            assert other is not None  # other events are free
+        held_a.renew()  # A renews at 14.9 s: its lease runs 15 s from now
+        now[0] += 14.9
+        with b.hold("E-1") as held_b:
+            assert held_b is None
+        now[0] += 0.2
+        with b.hold("E-1") as held_b:
+            assert held_b is not None
+            assert held_b.read() == {"stage": "sending", "record": {"decision": "approved"}}
+            for late in (lambda: held_a.write({"stage": "decided"}), held_a.renew, held_a.read):
+                with pytest.raises(LeaseLost):
+                    late()
+            held_by_a.__exit__(None, None, None)  # A wakes and ends its hold: B's lease is not A's to release
+            with a.hold("E-1") as again:
+                assert again is None  # B holds it now
+            held_b.write({"stage": "done"})
+        with a.hold("E-1") as again:  # released by B: free at once, with B's stage
+            assert again is not None and again.read() == {"stage": "done"}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_lease_backend_is_configuration(tmp_path: Path) -> None:
+    """local needs lease_dir and nothing from Azure; blob needs its storage; an unknown backend is named."""
+    path = tmp_path / "sevents.toml"
+    path.write_text(f'[coordinator]\nevent_types = ["Reboot"]\nlease_backend = "local"\nlease_dir = "{tmp_path}"\n')
+    s = load(file=path, env={}, flags={})
+    leases = make_leases(s)
+    assert isinstance(leases, LocalLeases)
+    leases.close()
+    path.write_text('[coordinator]\nevent_types = ["Reboot"]\nlease_backend = "local"\n')
+    with pytest.raises(ConfigError, match="lease_dir"):
+        load(file=path, env={}, flags={})
+    path.write_text('[coordinator]\nevent_types = ["Reboot"]\nlease_backend = "lcoal"\n')
+    with pytest.raises(ConfigError, match="lease_backend must be one of blob, local"):
+        load(file=path, env={}, flags={})

@@ -42,16 +42,16 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
     # collectors measured (per event and the unannounced pause) and the approvals sevents made
     assert "Unannounced pause of web-7: 3.0 s; measured 3." in out
     assert "159 of 159 values match the ground truth" in out
-    # the api tier's Reboot is approved by the collectors' policy: its first VM in Resources, after the drain hook
+    # the api tier's Reboot names four VMs: each drains and records ready, and the coordinator beside the ingest
+    # approves it (HTTP 200, through the simulator's Maintenance API) once all four are: none is cut short
     decisions = out[out.index("Approval policy decisions") :]
     approved = [line for line in decisions.splitlines()[1:] if " approved " in f" {line} "]  # below the header
     assert len(approved) == 1, decisions
-    # HTTP 200, or none when the VM rebooted before its collector heard the answer (recorded at its restart)
-    assert "reboot" in approved[0] and "first-in-resources" in approved[0]
-    # the other VMs of the fault domain ran their own drain: finished (left to the first VM), or cut short by the
-    # reboot the first VM's approval released (their collectors record that at their restart)
+    assert approved[0].split()[:5] == ["reboot", "Reboot", "coordinator-demo", "approved", "coordinator"], decisions
+    assert " 200 " in approved[0] and approved[0].rstrip().endswith("yes"), decisions
     others = [line for line in decisions.splitlines() if line.startswith("reboot ") and " approved " not in line]
-    assert len(others) == 3 and all("left_to_approver" in o or "hook_interrupted" in o for o in others), decisions
+    assert len(others) == 4 and all(" ready " in o for o in others), decisions
+    assert "hook_interrupted" not in out
     assert (tmp_path / "demo" / "report.html").is_file()
     assert (tmp_path / "demo" / "clickhouse").is_dir()
 
