@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dashboards import coverage
 from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.filters import DB
@@ -106,6 +107,7 @@ def panels() -> list[g.Panel | g.Row]:
             description="Silent: no heartbeat for five minutes (the VM is down, the collector stopped, or shipping "
             "is stuck). Retired: gone for good, shown apart and never paged as silent.",
         ),
+        *coverage.panels(),  # Azure's inventory and account beside the collectors' (issue 27)
     ]
 
 

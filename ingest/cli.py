@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ingest import queries, retention
+from ingest import feed_wiring, queries, retention
 from ingest.clickhouse import CLIENT_ERRORS, connect, is_embedded
 from ingest.errors import IngestError
 from ingest.migrate import migrate
@@ -43,6 +43,7 @@ EPILOG = """\
 examples:
   sevents-ingest run --source 'outbox:/var/lib/sevents-collector' --clickhouse chdb:///var/lib/sevents/ch
   sevents-ingest run --source eventhubs --config /etc/sevents/ingest.toml      # workers of a consumer group
+  sevents-ingest run --source eventhubs --feed-eventhub scheduled-events-feed   # and Azure's central feed beside
   sevents-ingest audit disruptive --since 7d --clickhouse chdb:///var/lib/sevents/ch
   sevents-ingest audit downtime --since 24h --format csv --clickhouse https://reader@ch.example:8443
   sevents-ingest report --since 24h --out report.html --clickhouse chdb:///var/lib/sevents/ch
@@ -104,7 +105,10 @@ def parser() -> argparse.ArgumentParser:
         "run", allow_abbrev=False, help="ingest records until stopped (SIGTERM/SIGINT) or, with --until-idle, drained"
     )
     _common(p)
-    p.add_argument("--source", help="outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] (collector state dirs) or eventhubs")
+    p.add_argument(
+        "--source",
+        help="outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] (collector state dirs), eventhubs, or feed (the central feed alone)",
+    )
     p.add_argument("--until-idle", action="store_true", help="drain every outbox, then exit")
     p.add_argument("--batch-max-records", type=int, help="records per insert at most (default 10000)")
     p.add_argument("--batch-max-wait", type=float, help="seconds a partial batch waits for more (default 1)")
@@ -128,6 +132,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint-container", help="eventhubs source: the checkpoints' blob container (default sevents-checkpoints)"
     )
+    p.add_argument(
+        "--feed-eventhub",
+        metavar="NAME",
+        help="also read Microsoft's central Scheduled Events feed from this Event Hub (Event Grid's "
+        "ScheduledEventEmitted, Event Grid schema or CloudEvents; a hub of its own, same namespace) into "
+        "azure_scheduled_events",
+    )
+    p.add_argument("--feed-consumer-group", help="the feed hub's consumer group (default sevents-ingest)")
     p.add_argument(
         "--eventhubs-load-balancing-interval",
         type=float,
@@ -305,6 +317,8 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
             "checkpoint_blob_url",
             "checkpoint_container",
             "metrics_addr",
+            "feed_eventhub",
+            "feed_consumer_group",
         )
     }
     flags["reconcile_interval"] = getattr(args, "interval", None)
@@ -376,7 +390,7 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         except OSError as error:
             print(f"sevents-ingest: cannot serve /metrics on {settings.metrics_addr}: {error}", file=sys.stderr)
             return int(ExitCode.FAILED)
-    if args.until_idle and settings.source != "eventhubs":
+    if args.until_idle and settings.source not in ("eventhubs", "feed"):
         # A drain of nothing is a typo, not a success: every named outbox must exist.
         missing = [spec for spec in settings.outbox_specs() if not resolve([spec])]
         if missing:
@@ -389,11 +403,16 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
     provider = make_meter_provider("sevents-ingest", readers=[] if metrics_server is None else [metrics_server.reader])
     tracing = install_tracer_provider("sevents-ingest")  # spans over OTLP only when an endpoint is set
     try:
+        if settings.source == "feed":  # the central feed alone (ingest/feed.py)
+            with _answering_reads(settings):
+                return feed_wiring.run_feed(
+                    settings, open_client(settings, stop), stop, apply_migrations=not args.no_migrate
+                )
         pipeline = build(
             settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
         )
         log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
-        with _answering_reads(settings):
+        with _answering_reads(settings), feed_wiring.beside(settings, pipeline.client, stop):
             pipeline.source.run(pipeline.handler, stop)
         log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
     finally:

@@ -61,7 +61,9 @@ def _rollup_rows(ids: str, bound: str) -> str:
     return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
 
 
-def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "") -> str:
+def since(
+    ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "", platform: str = ""
+) -> str:
     """``events``, ``event_vms`` or a narrower view of events (``event_lifecycles``, ``event_impacts``: the same
     values for fewer columns) restricted to the events ``ids`` selects, read from their first day on.
 
@@ -70,15 +72,17 @@ def since(ids: str, view: str = "events", db: str = "", columns: str = "*", rows
     ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
     ``rows_after``: a time (SQL) before which no rollup row of those events was written (none was observed
     before it), so that the search for their first day skips older parts; empty searches the whole history.
+    ``platform``: a condition on ``azure_scheduled_events`` whose events are shown too, those only Azure's account
+    has included (``events`` only: seen_by 'platform'; a lookup in a small table).
     """
     picked = (
         f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
         f"WHERE {_rollup_rows(ids, rows_after)}"
     )
-    return (
-        f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) "
-        "WHERE event_id IN picked.1)"
-    )
+    shown = "event_id IN picked.1"
+    if platform:
+        shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
+    return f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}_since(since_day = picked.2) WHERE {shown})"
 
 
 # Fault and update domain numbers mean something only inside one availability set or scale set, so every
@@ -190,6 +194,14 @@ def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
     f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)} "
+    "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+)
+# The same, with the events only Azure's account has (the central feed, Resource Graph): seen_by 'platform'.
+PLATFORM_IN_WINDOW = (
+    "first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+)
+EVENTS_AND_PLATFORM_IN_WINDOW = (
+    f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER, platform=PLATFORM_IN_WINDOW)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -339,9 +351,10 @@ EVENTS_IN_WINDOW = Query(
 SELECT event_id, event_type, event_source, outcome, first_seen_at, not_before_first, not_before_last,
        approved_at, started_at, ended_at, notice_s, approval_latency_s, started_to_gone_s, observed_impact_s,
        impacted_vms, affected_vm_count, affected_vms, fault_domains, update_domains, fault_sets, fault_domain_labels,
-       update_domain_labels, duration_s, description, released_by, started_at_source, ended_at_source
+       update_domain_labels, duration_s, description, released_by, started_at_source, ended_at_source,
+       seen_by, platform_status, outcome_source
 """
-    + EVENTS_FIRST_SEEN_IN_WINDOW
+    + EVENTS_AND_PLATFORM_IN_WINDOW
     + """
 ORDER BY first_seen_at, event_id
 """,

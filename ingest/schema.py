@@ -63,6 +63,7 @@ PURPOSE: Final = {
     "azure_vms": "Azure Resource Graph's VM inventory, one row per VM and change (sevents-ingest reconcile)",
     "azure_annotations": "Resource Health annotation changes: what the platform says it did to a VM",
     "azure_scheduled_events": "Microsoft's central scheduled events, one row per (EventId, EventStatus) seen",
+    "azure_feed_deliveries": "the Event Grid ids of the central feed's events stored (its deduplication)",
     "attested_keys": "each VM's signing keys, pinned on first use once IMDS's attested document proved them its "
     "own; a later key of a VM flagged new_key (attestation)",
     "retired_vms": "the VMs retired now (silent after their own Terminate or Preempt); in step with vm_status",

@@ -40,7 +40,7 @@ class IngestSettings:
     # Seconds ``run`` waits for an embedded directory another process holds (a stopping ingest), then fails.
     clickhouse_lock_wait: float = 300.0
     cluster: str = ""  # a cluster name: Replicated tables, Distributed tables, ON CLUSTER DDL
-    source: str = "outbox:/var/lib/sevents-collector"  # outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] | eventhubs
+    source: str = "outbox:/var/lib/sevents-collector"  # outbox:DIR_OR_GLOB[,DIR_OR_GLOB...] | eventhubs | feed
     batch_max_records: int = 10_000
     batch_max_bytes: int = 8 * 2**20
     batch_max_wait: float = 1.0  # seconds a partial batch may wait for more records
@@ -76,6 +76,15 @@ class IngestSettings:
     attestation_max_age: float = 86400.0
     eventhubs_connection_string_file: Path | None = None  # SAS fallback
     eventhubs_connection_string: str = field(default="", repr=False)  # env only
+    # The central Scheduled Events feed (ingest/feed.py): the Event Hub Event Grid delivers ScheduledEventEmitted
+    # to (its own hub, never the collectors': Event Grid sends under no VM's partition key), read beside the
+    # source, or alone with source = "feed"; its consumer group, and a connection string of its own if the
+    # collectors' one names another hub (env SEVENTS_FEED_CONNECTION_STRING or the file; else theirs, else the
+    # namespace with managed identity). Empty feed_eventhub: no feed.
+    feed_eventhub: str = ""
+    feed_consumer_group: str = "sevents-ingest"
+    feed_connection_string_file: Path | None = None
+    feed_connection_string: str = field(default="", repr=False)  # env only
     checkpoint_blob_url: str = ""  # https://account.blob.core.windows.net (managed identity)
     checkpoint_container: str = "sevents-checkpoints"  # the container infra/azure/main.bicep creates
     checkpoint_connection_string_file: Path | None = None
@@ -137,6 +146,9 @@ def validate(s: IngestSettings) -> list[str]:
     if s.source.startswith("outbox:"):
         if not s.outbox_specs():
             problems.append("source outbox: names no directory or glob")
+    elif s.source == "feed":
+        if not s.feed_eventhub:
+            problems.append("source feed needs feed_eventhub (the Event Hub Event Grid delivers the feed to)")
     elif s.source == "eventhubs":
         if not s.eventhubs_name:
             problems.append("source eventhubs needs eventhubs_name")
@@ -153,13 +165,19 @@ def validate(s: IngestSettings) -> list[str]:
                 "(SEVENTS_CHECKPOINT_CONNECTION_STRING or checkpoint_connection_string_file)"
             )
     else:
-        problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB or eventhubs")
+        problems.append(f"source {s.source!r}: expected outbox:DIR_OR_GLOB, eventhubs or feed")
+    problems += feed_problems(s)
     problems += balance_problems(s.eventhubs_load_balancing_interval, s.eventhubs_ownership_expiry)
     problems += s.retention.problems()
     if not (math.isfinite(s.eventhubs_clock_skew) and s.eventhubs_clock_skew >= 0):
         problems.append("eventhubs_clock_skew must be a number of seconds, 0 or more")
     problems += attestation_problems(s)
-    for name in ("clickhouse_password_file", "eventhubs_connection_string_file", "checkpoint_connection_string_file"):
+    for name in (
+        "clickhouse_password_file",
+        "eventhubs_connection_string_file",
+        "checkpoint_connection_string_file",
+        "feed_connection_string_file",
+    ):
         path = getattr(s, name)
         if path is not None and not path.is_file():
             problems.append(f"{name} {path} is not a readable file")
@@ -177,6 +195,38 @@ def validate(s: IngestSettings) -> list[str]:
         problems.append(f"log_level must be one of {', '.join(LOG_LEVELS)}")
     problems += host_port_problems("metrics_addr", s.metrics_addr)
     problems += reconcile_problems(s)
+    return problems
+
+
+def feed_problems(s: IngestSettings) -> list[str]:
+    """The feed needs a hub apart from the collectors', a way to reach it and checkpoints (when it is read)."""
+    if not s.feed_eventhub:
+        return []
+    problems = []
+    if s.source == "eventhubs" and s.feed_eventhub == s.eventhubs_name:
+        problems.append(
+            f"feed_eventhub {s.feed_eventhub!r} is the collectors' hub: the feed needs a hub of its own (Event Grid "
+            "sends under no VM's partition key, so its events would fail the collectors' provenance checks)"
+        )
+    reach = (
+        s.eventhubs_namespace,
+        s.eventhubs_connection_string,
+        s.eventhubs_connection_string_file,
+        s.feed_connection_string,
+        s.feed_connection_string_file,
+    )
+    if not any(reach):
+        problems.append(
+            "feed_eventhub needs eventhubs_namespace (managed identity) or a connection string "
+            "(SEVENTS_FEED_CONNECTION_STRING, feed_connection_string_file or the collectors' hub's)"
+        )
+    if not (s.checkpoint_blob_url or s.checkpoint_connection_string or s.checkpoint_connection_string_file):
+        problems.append(
+            "feed_eventhub needs checkpoint_blob_url or a checkpoint connection string "
+            "(SEVENTS_CHECKPOINT_CONNECTION_STRING or checkpoint_connection_string_file)"
+        )
+    if not s.checkpoint_container:
+        problems.append("feed_eventhub needs checkpoint_container (checkpoints are never skipped)")
     return problems
 
 

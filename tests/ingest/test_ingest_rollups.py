@@ -111,6 +111,8 @@ def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
 # the event is approved when it started before its last NotBefore; an event no VM saw start or end is
 # 'end_not_seen', not 'cancelled'. The evidence columns 0013 added are checked on their own.
 EVIDENCE = "started_at_source, ended_at_source, released_by"
+# Migration 0016 added Azure's account of each event (none in these streams: 'sevents', '', 'sevents')
+PLATFORM = "seen_by, platform_status, outcome_source"
 
 
 def expected_events(db: str, columns: str = "*") -> str:
@@ -163,7 +165,7 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
     sets = "availability_set, fault_sets, fault_domain_labels, update_domain_labels"
     observed = {
         "event_vms": f"observed_impact_s, vm_started_at, {EVIDENCE}",
-        "events": f"observed_impact_s, impacted_vms, {sets}, {EVIDENCE}",
+        "events": f"observed_impact_s, impacted_vms, {sets}, {EVIDENCE}, {PLATFORM}",
     }
     reference = {"event_vms": expected_event_vms(rollup_db), "events": expected_events(rollup_db)}
     for view in ("event_vms", "events"):
@@ -336,7 +338,7 @@ def test_rows_stored_before_the_cheaper_columns_give_the_same_events(ch: Any) ->
     expected = _rows(ch, f"SELECT * FROM {database}.ref_events")
     assert [(r[0], r[12]) for r in expected] == [("E-1", "active"), ("E-2", "completed")]
     ours = "* EXCEPT (observed_impact_s, impacted_vms, availability_set, fault_sets, fault_domain_labels, "
-    ours += f"update_domain_labels, {EVIDENCE})"
+    ours += f"update_domain_labels, {EVIDENCE}, {PLATFORM})"
     migrate(ch, Target(database=database))
     assert _rows(ch, f"SELECT {ours} FROM {database}.events") == expected, "whether or not the mutation has run"
     for table in ("event_vm_rollup", "event_rollup"):
