@@ -16,7 +16,7 @@ import base64
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -242,3 +242,19 @@ class AttestedDocuments:
             body = {"encoding": "pkcs7", "signature": base64.b64encode(authority.sign(content)).decode("ascii")}
             self._cache[name] = (now, body)
             return Reply(200, body)
+
+
+class AttestationRootError(Exception):
+    """A configured test root that cannot be read or written (the CLI's exit 2)."""
+
+
+def attested_authority(root: Sequence[str] | None, root_out: str | None) -> AttestedDocuments:
+    """The simulator's attested data from its command line: under a configured root (certificate and key files),
+    or a generated one; the root's certificate written to ``root_out`` when asked, for the ingest to trust."""
+    try:
+        authority = TestAuthority.from_files(Path(root[0]), Path(root[1])) if root else TestAuthority.generate()
+        if root_out:
+            Path(root_out).write_bytes(authority.root_pem())
+    except (OSError, ValueError, TypeError) as error:
+        raise AttestationRootError(f"attestation root: {error}") from None
+    return AttestedDocuments(authority)

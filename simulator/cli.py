@@ -12,9 +12,10 @@ import sys
 import threading
 from types import FrameType
 
-from sevents.errors import EXIT_STATUS, exit_code
+from sevents.errors import EXIT_STATUS, ExitCode, exit_code
 from sevents.logs import setup_logging
 from sevents.version import add_version_flag
+from simulator.attested import AttestationRootError, attested_authority
 from simulator.control import jsonable
 from simulator.errors import ScenarioError
 from simulator.loader import builtin_names, load_scenario
@@ -24,7 +25,8 @@ log = logging.getLogger("simulator")
 
 EPILOG = """\
 Every VM of the scenario's fleet is served under its own base URL: a collector on VM NAME uses
-  http://HOST:PORT/vm/NAME   (then /metadata/scheduledevents?api-version=... and /metadata/instance?...)
+  http://HOST:PORT/vm/NAME   (then /metadata/scheduledevents?api-version=... and /metadata/instance?...,
+                             /metadata/attested/document?api-version=...&nonce=... signed by a test root)
 Plain /metadata/... without /vm/NAME answers as the first VM.
 
 Control and inspection endpoints (no Metadata header needed):
@@ -94,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: info)"
     )
+    parser.add_argument(
+        "--attestation-root",
+        nargs=2,
+        metavar=("CERT_PEM", "KEY_PEM"),
+        help="sign /metadata/attested/document under this test root (its certificate and unencrypted key); the "
+        "ingest's attestation_ca_file names CERT_PEM (default: a root generated at start, see --attestation-root-out)",
+    )
+    parser.add_argument("--attestation-root-out", help="write the test root's certificate (PEM) to this file")
     return parser
 
 
@@ -114,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         return _list()
     try:
         scenario = load_scenario(args.scenario)
-        server = SimServer(scenario, speed=args.speed, host=args.host, port=args.port)
+        authority = attested_authority(args.attestation_root, args.attestation_root_out)
+        server = SimServer(scenario, speed=args.speed, host=args.host, port=args.port, attested=authority)
     except ScenarioError as e:
         print(e.lines("sevents-imds-sim"), file=sys.stderr)
         return exit_code(e)
+    except AttestationRootError as e:
+        print(f"sevents-imds-sim: {e}", file=sys.stderr)
+        return int(ExitCode.INVALID)
     except OSError as e:
         print(f"sevents-imds-sim: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return exit_code(e)

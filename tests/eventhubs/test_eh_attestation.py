@@ -28,10 +28,11 @@ from demo import synthetic
 from ingest.attestation import ATTESTATION_REFUSED, Trust
 from ingest.attestation_gate import ANOTHER_VMS_KEY, BAD_SIGNATURE, UNATTESTED_KEY, UNSIGNED, AttestationGate, PinStore
 from ingest.handler import Handler
+from ingest.source import Delivery, Provenance
 from ingest.source_eventhubs import EventHubsSource
 from ingest.writer import Writer
 from sevents import records
-from sevents.contract import PROPERTY_KEY_ID, PROPERTY_SIGNATURE
+from sevents.contract import PROPERTY_KEY_ID, PROPERTY_SIGNATURE, RECORD_ATTESTATION
 from sevents.records import encode
 from sevents.retry import Backoff
 from simulator.attested import AttestedDocuments, TestAuthority
@@ -236,3 +237,33 @@ def test_without_an_attested_document_the_sink_sends_nothing(endpoint: EventHubs
             sink.send([OutboxRow(1, "heartbeat", encode(record))])
         assert sink.events_sent == 0
         sink.close()
+
+
+def test_pins_outlive_the_ingest_that_made_them(sim: SimServer, ch: Any, db: str, tmp_path: Path) -> None:
+    """A restarted ingest (a new gate, nothing in memory) reads the VM's pinned key from attested_keys: the VM's
+    signed records are taken without its attestation coming again, another VM's key is still refused."""
+    a, b = Vm(sim, 0, tmp_path / "a"), Vm(sim, 1, tmp_path / "b")
+    now = datetime.now(UTC)
+
+    def delivery(vm: Vm, payload: bytes, signer: Signer, position: str) -> Delivery:
+        properties = {"record_type": "heartbeat", PROPERTY_SIGNATURE: signer.sign(payload)}
+        return Delivery(payload, position, {**properties, PROPERTY_KEY_ID: signer.key_id}, Provenance(vm.vm_id, now))
+
+    attestation = a.attester.attestation()
+    first = AttestationGate(PinStore(ch, db), Trust((AUTHORITY.root,)), required=True)
+    sent = Delivery(
+        attestation.body,
+        "eventhubs:0:1",
+        {
+            "record_type": RECORD_ATTESTATION,
+            PROPERTY_SIGNATURE: a.signer.sign(attestation.body),
+            PROPERTY_KEY_ID: a.signer.key_id,
+        },
+        Provenance(a.vm_id, now),
+    )
+    assert first([sent]).pinned == 1
+    restarted = AttestationGate(PinStore(ch, db), Trust((AUTHORITY.root,)), required=True)
+    own, foreign = encode(a.heartbeat(now)), encode(a.heartbeat(now, seq=2))
+    passed = restarted([delivery(a, own, a.signer, "eventhubs:0:2"), delivery(a, foreign, b.signer, "eventhubs:0:3")])
+    assert [d.payload for d in passed.kept] == [own]
+    assert [error.reason for _, error in passed.refused] == [UNATTESTED_KEY]  # b's key: never attested here
