@@ -10,6 +10,7 @@ configured root is refused, and the records of its key with it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,8 +23,10 @@ from azure.eventhub import EventData, EventHubProducerClient
 from collector.attestation import Attester, Signer, load_or_create_key
 from collector.imds import ImdsClient
 from collector.outbox import OutboxRow
+from collector.settings import CollectorSettings
 from collector.ship_eventhubs import EventHubsSink
 from collector.sink import SinkError
+from collector.wiring import build_agent
 from demo import synthetic
 from ingest.attestation import ATTESTATION_REFUSED, Trust
 from ingest.attestation_gate import ANOTHER_VMS_KEY, BAD_SIGNATURE, UNATTESTED_KEY, UNSIGNED, AttestationGate, PinStore
@@ -267,3 +270,38 @@ def test_pins_outlive_the_ingest_that_made_them(sim: SimServer, ch: Any, db: str
     passed = restarted([delivery(a, own, a.signer, "eventhubs:0:2"), delivery(a, foreign, b.signer, "eventhubs:0:3")])
     assert [d.payload for d in passed.kept] == [own]
     assert [error.reason for _, error in passed.refused] == [UNATTESTED_KEY]  # b's key: never attested here
+
+
+def test_a_collector_with_attestation_on_gets_everything_stored(
+    sim: SimServer, endpoint: EventHubsEndpoint, ch: Any, db: str, ingest: Handler, tmp_path: Path
+) -> None:
+    """The whole collector as its settings build it (attestation = true, sink eventhubs): it makes its key in the
+    state dir, fetches its attested document from the simulated IMDS, and every record it ships is stored by an
+    ingest that requires attestation; its key is the one pinned, nothing is dead-lettered."""
+    name = sim.vm_names[0]
+    settings = dataclasses.replace(
+        CollectorSettings(sink="eventhubs"),
+        imds_url=sim.vm_base_url(name),
+        state_dir=tmp_path / "collector",
+        attestation=True,
+        eventhubs_connection_string=endpoint.connection_string(),
+        heartbeat_interval=0.5,
+        min_request_interval=0.0,
+        first_call_timeout=10.0,
+    )
+    settings.state_dir.mkdir()
+    collector = build_agent(settings)
+    stop = threading.Event()
+    thread = threading.Thread(target=collector.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: ingest.stored >= 3 and ingest.pinned == 1, 60), (ingest.stored, ingest.pinned)
+    finally:
+        stop.set()
+        thread.join(60)
+        collector.close()
+    key = load_or_create_key(settings.state_dir)  # the key the collector made and kept
+    vm_id = sim.engine.vms[name].view.vm_id
+    assert _rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys") == [(vm_id, key.key_id, False)]
+    assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
+    assert _heartbeats(ch, db, vm_id) >= 2
