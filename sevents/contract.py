@@ -262,8 +262,8 @@ def make_safe(
 def _repair(f: Field, value: Any, limits: Limits) -> tuple[Any, str]:
     if value is None:
         return (None, "") if f.nullable else (value, "")
-    problem = _problem(f, value, limits)
-    if not problem:
+    found = problem(f, value, limits)
+    if found is None:
         return value, ""
     if f.kind == "text" and isinstance(value, str) and len(value) > limits.max_text_chars:
         return value[: limits.max_text_chars], f"truncated from {len(value)} characters"
@@ -279,42 +279,78 @@ def _repair(f: Field, value: Any, limits: Limits) -> tuple[Any, str]:
         }
         return kept, f"truncated or clamped ({len(value)} entries)"
     if f.nullable:
-        return None, f"null: {problem}"
+        return None, f"null: {found[1]}"
     if f.kind == "int" and type(value) is int:
         low, high = f.bounds
-        return min(max(value, low), high), f"clamped: {problem}"
+        return min(max(value, low), high), f"clamped: {found[1]}"
     return value, ""  # cannot repair: the validator names it
 
 
-def _problem(f: Field, value: Any, limits: Limits) -> str:
-    """What is wrong with a non-null value of ``f`` ("" when nothing)."""
+# Why a value does not fit its field, as (reason, what is wrong): the reason is the one a dead letter carries.
+WRONG_TYPE: Final = "wrong_type"
+TOO_LARGE: Final = "too_large"
+OUT_OF_RANGE: Final = "out_of_range"
+BAD_TIME: Final = "bad_time"
+Problem = tuple[str, str]
+
+
+def problem(f: Field, value: Any, limits: Limits = DEFAULT_LIMITS) -> Problem | None:
+    """Why the non-null ``value`` does not fit ``f`` (None when it does): the one per-kind check, which the
+    collector's ``make_safe`` and the ingest's ``ingest.rules.check_document`` both ask. For a list or a map, the
+    first item or entry that does not fit."""
     if f.kind == "text":
-        if not isinstance(value, str):
-            return "not text"
-        return f"{len(value)} characters" if len(value) > limits.max_text_chars else ""
+        return _text_problem(value, limits)
     if f.kind == "int":
-        if type(value) is not int:
-            return "not an integer"
-        low, high = f.bounds
-        return "" if low <= value <= high else f"{_short(value)} outside [{low}, {high}]"
+        return _int_problem(value, f.bounds)
     if f.kind == "bool":
-        return "" if type(value) is bool else "not true/false"
+        return None if type(value) is bool else (WRONG_TYPE, "not true/false")
     if f.kind == "time":
-        return "" if is_wire_time(value) else f"{_short(value)} is not a wire timestamp"
+        return _time_problem(value)
     if f.kind == "texts":
         if type(value) is not list:
-            return "not a list"
+            return WRONG_TYPE, "not a list"
         if len(value) > limits.max_list_items:
-            return f"{len(value)} items"
-        bad = any(not isinstance(v, str) or len(v) > limits.max_text_chars for v in value)
-        return "an item is not text or too long" if bad else ""
+            return TOO_LARGE, f"{len(value)} items"
+        for item in value:
+            found = _text_problem(item, limits)
+            if found is not None:
+                return found[0], f"an item: {found[1]}"
+        return None
     if type(value) is not dict:
-        return "not an object"
+        return WRONG_TYPE, "not an object"
     if len(value) > limits.max_map_items:
-        return f"{len(value)} entries"
-    low, high = f.bounds
-    bad = any(len(k) > limits.max_text_chars or type(n) is not int or not low <= n <= high for k, n in value.items())
-    return "an entry is too long or out of range" if bad else ""
+        return TOO_LARGE, f"{len(value)} entries"
+    for key, count in value.items():
+        found = _text_problem(key, limits) or _int_problem(count, f.bounds)
+        if found is not None:
+            return found[0], f"entry {_short(key)}: {found[1]}"
+    return None
+
+
+def _text_problem(value: Any, limits: Limits) -> Problem | None:
+    if not isinstance(value, str):
+        return WRONG_TYPE, "not text"
+    return (TOO_LARGE, f"{len(value)} characters") if len(value) > limits.max_text_chars else None
+
+
+def _int_problem(value: Any, bounds: tuple[int, int]) -> Problem | None:
+    if type(value) is not int:
+        return WRONG_TYPE, "not an integer"
+    low, high = bounds
+    return None if low <= value <= high else (OUT_OF_RANGE, f"{_short(value)} outside [{low}, {high}]")
+
+
+def _time_problem(value: Any) -> Problem | None:
+    """The one wire timestamp form (``2026-11-21T23:23:24.123Z``) within ``TIME_YEARS``, or why not."""
+    if type(value) is not str or len(value) != 24 or value[10] != "T" or value[23] != "Z":
+        return BAD_TIME, f"{_short(value)} is not a wire timestamp"
+    try:
+        moment = isotime.parse(value)
+    except ValueError:
+        return BAD_TIME, f"{_short(value)} is not a wire timestamp"
+    if not TIME_YEARS[0] <= moment.year <= TIME_YEARS[1]:
+        return OUT_OF_RANGE, f"{value} outside the years {TIME_YEARS[0]}-{TIME_YEARS[1]}"
+    return None
 
 
 def _short(value: Any) -> str:
@@ -324,13 +360,7 @@ def _short(value: Any) -> str:
 
 def is_wire_time(value: Any) -> bool:
     """The one wire timestamp form (``2026-11-21T23:23:24.123Z``) within ``TIME_YEARS``."""
-    if type(value) is not str or len(value) != 24 or value[10] != "T" or value[23] != "Z":
-        return False
-    try:
-        moment = isotime.parse(value)
-    except ValueError:
-        return False
-    return TIME_YEARS[0] <= moment.year <= TIME_YEARS[1]
+    return _time_problem(value) is None
 
 
 # ---- building records (the collector's side) ----
