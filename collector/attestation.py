@@ -92,8 +92,9 @@ def load_or_create_key(state_dir: Path) -> Signer:
     except OSError:
         path.unlink()
         raise
-    log.info("attestation key made", extra={"key_id": key_id(Signer.of(key).public_der), "file": str(path)})
-    return Signer.of(key)
+    signer = Signer.of(key)
+    log.info("attestation key made", extra={"key_id": signer.key_id, "file": str(path)})
+    return signer
 
 
 def _read_key(path: Path) -> Ed25519PrivateKey:

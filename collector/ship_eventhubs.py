@@ -17,7 +17,8 @@ is counted only after every other row of the call was accepted: a send that fail
 Each event carries application properties ``schema_version``, ``record_type``, ``record_id`` and a W3C
 ``traceparent`` (sevents/tracing.py), and the content type ``application/json``. With attestation on
 (``collector.attestation``), each also carries the VM key's signature of its body, and the first events a
-producer sends are the VM's attestation (again every ``ATTEST_EVERY_S``); without one, nothing is sent.
+producer sends are the VM's attestation (again every ``ATTEST_EVERY_S``, best effort); before the first one,
+nothing is sent.
 
 One thread owns the producer: the shipper's. A lock makes a stray second caller wait, not interleave.
 Credentials: managed identity (azure-identity) with a fully qualified namespace by default, a SAS
@@ -53,6 +54,7 @@ DropCounter = Callable[[str, int], None]  # (reason, count), e.g. Outbox.count_d
 
 DROP_OVERSIZE: Final = "eventhubs_oversize"  # a record larger than one event may be: dead-lettered
 ATTEST_EVERY_S: Final = 6 * 3600.0  # the attestation goes again this often (an ingest that missed it pins it)
+ATTEST_RETRY_S: Final = 300.0  # a refresh IMDS did not answer is tried again after this long
 
 
 def partition_key(payload: bytes) -> str:
@@ -261,10 +263,20 @@ class EventHubsSink:
         under its vm_id: the records that follow share its ordered partition. Raises if IMDS gave none."""
         if self.attester is None:
             return
+        from collector.attestation import AttestationError
+
         now = time.monotonic()
         if self._attested_at is not None and now - self._attested_at < ATTEST_EVERY_S:
             return
-        attestation = self.attester.attestation()
+        try:
+            attestation = self.attester.attestation()
+        except AttestationError as error:
+            if self._attested_at is None:
+                raise  # nothing goes before the first attestation
+            # Refreshing is a courtesy to an ingest that missed it: records go on under the one sent.
+            log.warning("could not send the attestation again; trying later", extra={"error": str(error)})
+            self._attested_at = now - ATTEST_EVERY_S + ATTEST_RETRY_S
+            return
         row = OutboxRow(0, RECORD_ATTESTATION, attestation.body)
         batch = producer.create_batch(partition_key=attestation.vm_id)
         batch.add(to_event(row, self.attester.signer))

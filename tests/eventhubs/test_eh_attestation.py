@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,7 +25,7 @@ from collector.attestation import Attester, Signer, load_or_create_key
 from collector.imds import ImdsClient
 from collector.outbox import OutboxRow
 from collector.settings import CollectorSettings
-from collector.ship_eventhubs import EventHubsSink
+from collector.ship_eventhubs import ATTEST_EVERY_S, EventHubsSink
 from collector.sink import SinkError
 from collector.wiring import build_agent
 from demo import synthetic
@@ -305,3 +306,27 @@ def test_a_collector_with_attestation_on_gets_everything_stored(
     assert _rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys") == [(vm_id, key.key_id, False)]
     assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
     assert _heartbeats(ch, db, vm_id) >= 2
+
+
+def test_a_refresh_imds_does_not_answer_holds_nothing_back(
+    endpoint: EventHubsEndpoint, ch: Any, db: str, ingest: Handler, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once attested, the sink's periodic refresh is best effort: when IMDS answers only a cached document over
+    another nonce, the records still go (under the attestation already sent) and are stored."""
+    documents = AttestedDocuments(AUTHORITY)
+    with SimServer(load_scenario("demo"), speed=1, attested=documents).start() as other:
+        vm = Vm(other, 0, tmp_path / "vm")
+        vm.attester.retries, vm.attester.backoff = 1, Backoff(0.01, 0.02)
+        sink = EventHubsSink.from_connection_string(endpoint.connection_string(), attester=vm.attester)
+        now = datetime.now(UTC)
+        sink.send([OutboxRow(1, "heartbeat", encode(vm.heartbeat(now - timedelta(seconds=2))))])
+        ImdsClient(other.vm_base_url(vm.name)).attested(threading.Event(), "2020-09-01", "0000000000")
+        documents.cache_s = 3600  # from now on IMDS answers that document, another agent's
+        sink._attested_at = time.monotonic() - ATTEST_EVERY_S  # the refresh is due
+        asked = vm.attester.asked
+        sink.send([OutboxRow(2, "heartbeat", encode(vm.heartbeat(now - timedelta(seconds=1), seq=2)))])
+        assert vm.attester.asked == asked + 2  # it did try to refresh, twice (retries = 1), and gave up
+        assert "could not send the attestation again" in caplog.text
+        sink.close()
+    assert wait_for(lambda: ingest.stored == 2, 30), ingest.stored
+    assert _heartbeats(ch, db, vm.vm_id) == 2
