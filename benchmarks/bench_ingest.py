@@ -42,10 +42,12 @@ from ingest.clickhouse import connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
 from ingest.output import table
-from ingest.rows import TRANSITION_COLUMNS
+from ingest.rows import COLUMNS_OF
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.records import encode, parse_time
+
+TRANSITION_COLUMNS = COLUMNS_OF["transitions"]
 
 TIMES = {"observed_at", "prev_observed_at", "not_before"}
 

@@ -51,6 +51,7 @@ from ingest.metrics import IngestMetrics
 from ingest.rows import COLUMNS_OF, KEY_OF, TABLE_OF, Batch
 from ingest.source import Delivery, Provenance
 from ingest.writer import COMPARED, Writer, comparable
+from sevents import contract
 from sevents.retry import Backoff
 from sevents.tracing import record_links, tracing
 
@@ -70,12 +71,7 @@ DEFAULT_CLOCK_SKEW: Final = timedelta(seconds=300)
 
 # The times a record says it observed: none can be later than the moment it was sent (the hub's enqueued time)
 # by more than the VM's clock may be ahead. (not_before is the platform's announcement: it may lie ahead.)
-PROVEN_TIMES: Final = {
-    "transitions": ("observed_at", "prev_observed_at"),
-    "heartbeats": ("observed_at", "started_at"),
-    "impacts": ("observed_at", "began_at"),
-    "approvals": ("observed_at", "decided_at"),
-}
+PROVEN_TIMES: Final = {t.table: t.proven for t in contract.RECORD_TYPES}
 
 T = TypeVar("T")
 

@@ -22,20 +22,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ingest.migrate import Target
+from sevents import contract
 
 log = logging.getLogger(__name__)
 
 # table -> (the moment a row's age counts from, which setting says how long it is kept)
 TABLES: Final[dict[str, tuple[str, str]]] = {
-    "transitions": ("toDateTime(observed_at)", "history"),
+    **{t.table: (f"toDateTime({t.time})", t.retention) for t in contract.RECORD_TYPES},
     "transitions_by_time": ("toDateTime(observed_at)", "history"),
     "event_vm_rollup": ("day", "history"),
     "event_rollup": ("toDateTime(last_seen_at)", "history"),
-    "impacts": ("toDateTime(began_at)", "history"),
-    "approvals": ("toDateTime(decided_at)", "history"),
     "vm_retirements": ("toDateTime(retired_at)", "history"),
     "heartbeat_hours": ("hour", "history"),
-    "heartbeats": ("toDateTime(observed_at)", "heartbeats"),
     "dead_letters": ("toDateTime(received_at)", "dead_letters"),
 }
 _TTL: Final = re.compile(r"\bTTL\s+(.*?)(?:\s+SETTINGS\b|$)", re.DOTALL)

@@ -14,10 +14,6 @@ import pyarrow.compute as pc
 from ingest.source import Delivery
 from sevents import contract
 
-TRANSITION_COLUMNS: Final = (*contract.names(contract.TRANSITION), "source_position")
-HEARTBEAT_COLUMNS: Final = (*contract.names(contract.HEARTBEAT), "source_position")
-IMPACT_COLUMNS: Final = (*contract.names(contract.IMPACT), "source_position")
-APPROVAL_COLUMNS: Final = (*contract.names(contract.APPROVAL), "source_position")
 DEAD_LETTER_COLUMNS: Final = (
     "dead_letter_id",
     "received_at",
@@ -29,18 +25,9 @@ DEAD_LETTER_COLUMNS: Final = (
     "properties",
 )
 TABLE_OF: Final = dict(contract.TABLES)
-COLUMNS_OF: Final = {
-    "transitions": TRANSITION_COLUMNS,
-    "heartbeats": HEARTBEAT_COLUMNS,
-    "impacts": IMPACT_COLUMNS,
-    "approvals": APPROVAL_COLUMNS,
-}
-KEY_OF: Final = {
-    "transitions": "transition_id",
-    "heartbeats": "heartbeat_id",
-    "impacts": "impact_id",
-    "approvals": "approval_id",
-}
+# Each record table's columns (the contract's fields, then where the record came from) and its dedupe key.
+COLUMNS_OF: Final = {t.table: (*contract.names(t.fields), "source_position") for t in contract.RECORD_TYPES}
+KEY_OF: Final = {t.table: t.key for t in contract.RECORD_TYPES}
 
 
 @dataclass

@@ -37,17 +37,11 @@ __all__ = [
 Rule = contract.Field
 
 COMMON_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.COMMON}
-TRANSITION_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.TRANSITION}
-HEARTBEAT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.HEARTBEAT}
-IMPACT_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.IMPACT}
-APPROVAL_RULES: Final[Mapping[str, Rule]] = {f.name: f for f in contract.APPROVAL}
-
-RULES: Final[Mapping[str, Mapping[str, Rule]]] = {
-    records.RECORD_TRANSITION: TRANSITION_RULES,
-    records.RECORD_HEARTBEAT: HEARTBEAT_RULES,
-    records.RECORD_IMPACT: IMPACT_RULES,
-    records.RECORD_APPROVAL: APPROVAL_RULES,
-}
+RULES: Final[Mapping[str, Mapping[str, Rule]]] = {t.name: {f.name: f for f in t.fields} for t in contract.RECORD_TYPES}
+TRANSITION_RULES: Final = RULES[records.RECORD_TRANSITION]
+HEARTBEAT_RULES: Final = RULES[records.RECORD_HEARTBEAT]
+IMPACT_RULES: Final = RULES[records.RECORD_IMPACT]
+APPROVAL_RULES: Final = RULES[records.RECORD_APPROVAL]
 
 
 def check_document(

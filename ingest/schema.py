@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from ingest.clickhouse import connect
 from ingest.migrate import Migration, Target, load_migrations, migrate, split_statements
+from sevents import contract
 
 DATABASE: Final = "sevents"
 WIDTH: Final = 120  # the comments' (the DDL is laid out by ClickHouse)
@@ -39,9 +40,6 @@ FILE: Final = Path(__file__).resolve().parent / "schema.sql"
 # migrations create without a line here stops the generator: a new table or view says what it is for.
 PURPOSE: Final = {
     "schema_migrations": "the migrations applied, with their checksums (each applied once, never edited)",
-    "transitions": "every transition any collector observed, raw event fields and the observer's identity; "
-    "deduplicated by transition_id, read with FINAL",
-    "heartbeats": "collector heartbeats (outbox depth, poll errors, the VM's identity and topology), kept 7 days",
     "heartbeats_latest": "the latest heartbeat per VM, kept for good: what the VM variables and silence read",
     "heartbeats_latest_mv": "keeps heartbeats_latest from every heartbeat inserted",
     "dead_letters": "records that could not be stored as sent: payload verbatim, reason, source and position",
@@ -58,8 +56,7 @@ PURPOSE: Final = {
     "vm_retirements_mv": "keeps vm_retirements from every transition inserted",
     "heartbeat_hours": "one VM per hour: heartbeats received (coverage), the deepest outbox, whether a poll failed",
     "heartbeat_hours_mv": "keeps heartbeat_hours from every heartbeat inserted",
-    "impacts": "the downtime each collector measured on its own VM (a pause or a reboot), with the event Started then",
-    "approvals": "one row per decision of a collector's approval policy about one event",
+    **{t.table: t.purpose for t in contract.RECORD_TYPES},
     "azure_vms": "Azure Resource Graph's VM inventory, one row per VM and change (sevents-ingest reconcile)",
     "azure_annotations": "Resource Health annotation changes: what the platform says it did to a VM",
     "azure_scheduled_events": "Microsoft's central scheduled events, one row per (EventId, EventStatus) seen",

@@ -57,12 +57,7 @@ from sevents import contract
 # The materialized views' tables are partitioned by month of the same times, so a block within N partitions
 # here is within N there. A schema partitioned finer than this says is still safe: a block ClickHouse refuses
 # for its partitions is halved by the handler until it fits.
-PARTITION_BY: Final = {
-    "transitions": ("observed_at", "month"),
-    "heartbeats": ("observed_at", "day"),
-    "impacts": ("began_at", "month"),
-    "approvals": ("decided_at", "month"),
-}
+PARTITION_BY: Final = {t.table: (t.time, t.partition) for t in contract.RECORD_TYPES}
 # Half ClickHouse's default max_partitions_per_insert_block (100): room for a server configured a bit lower.
 PARTITIONS_PER_INSERT: Final = 50
 HEARTBEAT_ROLLUP: Final = "heartbeat_hours"  # fed by a materialized view from heartbeats (migration 0006)

@@ -186,18 +186,78 @@ APPROVAL: Final = (
     Field("decided_at", "time", _TIME, doc="when the decision was final (after the hook and the POST)"),
 )
 
-CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {
-    RECORD_TRANSITION: TRANSITION,
-    RECORD_HEARTBEAT: HEARTBEAT,
-    RECORD_IMPACT: IMPACT,
-    RECORD_APPROVAL: APPROVAL,
-}
-TABLES: Final = {
-    RECORD_TRANSITION: "transitions",
-    RECORD_HEARTBEAT: "heartbeats",
-    RECORD_IMPACT: "impacts",
-    RECORD_APPROVAL: "approvals",
-}
+
+@dataclass(frozen=True)
+class RecordType:
+    """One record type and its table of record: what every stage that handles it by name derives from.
+
+    ``key``: the field holding its dedupe key (also its ``record_id``); ``time``: the time its table is partitioned
+    by (``partition``: "month" or "day") and its retention counts from (``retention``: "history" or "heartbeats",
+    the setting that says how long); ``proven``: the times a record says it observed, none of which may be later
+    than the moment Event Hubs enqueued it (beyond the VM's clock skew); ``purpose``: the table in one line.
+    """
+
+    name: str
+    table: str
+    fields: tuple[Field, ...]
+    key: str
+    time: str
+    partition: str
+    retention: str
+    proven: tuple[str, ...]
+    purpose: str
+
+
+RECORD_TYPES: Final = (
+    RecordType(
+        RECORD_TRANSITION,
+        "transitions",
+        TRANSITION,
+        key="transition_id",
+        time="observed_at",
+        partition="month",
+        retention="history",
+        proven=("observed_at", "prev_observed_at"),
+        purpose="every transition any collector observed, raw event fields and the observer's identity; "
+        "deduplicated by transition_id, read with FINAL",
+    ),
+    RecordType(
+        RECORD_HEARTBEAT,
+        "heartbeats",
+        HEARTBEAT,
+        key="heartbeat_id",
+        time="observed_at",
+        partition="day",
+        retention="heartbeats",
+        proven=("observed_at", "started_at"),
+        purpose="collector heartbeats (outbox depth, poll errors, the VM's identity and topology), kept 7 days",
+    ),
+    RecordType(
+        RECORD_IMPACT,
+        "impacts",
+        IMPACT,
+        key="impact_id",
+        time="began_at",
+        partition="month",
+        retention="history",
+        proven=("observed_at", "began_at"),
+        purpose="the downtime each collector measured on its own VM (a pause or a reboot), with the event Started then",
+    ),
+    RecordType(
+        RECORD_APPROVAL,
+        "approvals",
+        APPROVAL,
+        key="approval_id",
+        time="decided_at",
+        partition="month",
+        retention="history",
+        proven=("observed_at", "decided_at"),
+        purpose="one row per decision of a collector's approval policy about one event",
+    ),
+)
+BY_TABLE: Final[Mapping[str, RecordType]] = {t.table: t for t in RECORD_TYPES}
+CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {t.name: t.fields for t in RECORD_TYPES}
+TABLES: Final[Mapping[str, str]] = {t.name: t.table for t in RECORD_TYPES}
 
 
 # ---- attestation (issue 29: records a VM can prove; off unless configured) ----

@@ -25,7 +25,7 @@ RECORD_TRANSITION: Final = contract.RECORD_TRANSITION
 RECORD_HEARTBEAT: Final = contract.RECORD_HEARTBEAT
 RECORD_IMPACT: Final = contract.RECORD_IMPACT
 RECORD_APPROVAL: Final = contract.RECORD_APPROVAL
-RECORD_TYPES: Final = (RECORD_TRANSITION, RECORD_HEARTBEAT, RECORD_IMPACT, RECORD_APPROVAL)
+RECORD_TYPES: Final = tuple(t.name for t in contract.RECORD_TYPES)
 
 # What the approval policy decided about one event (collector/approver.py).
 DECISION_APPROVED: Final = "approved"
