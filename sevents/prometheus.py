@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Optional
 from urllib.parse import parse_qs, urlsplit
 
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, InMemoryMetricReader, Metric, Sum
@@ -121,7 +121,7 @@ class OpenTelemetryCollector(Collector):
 Answer = tuple[str, list[tuple[str, str]], bytes]  # status line text, headers, body
 Handler = Callable[[str, str, Mapping[str, str]], Answer]  # method, target, headers (lower-case names)
 # A health check: given the age limit asked for (None: its own), "" when healthy, else why not (one line).
-Check = Callable[[float | None], str]
+Check = Callable[[Optional[float]], str]  # a runtime alias: Python 3.9 (the collector) has no "float | None" here
 LIVE_PATH: Final = "/healthz"
 READY_PATH: Final = "/readyz"
 
