@@ -29,10 +29,8 @@ import orjson
 
 from ingest.errors import InvalidRecord
 from ingest.rules import (
-    APPROVAL_RULES,
     COMMON_RULES,
     HEARTBEAT_RULES,
-    IMPACT_RULES,
     INT64,
     RULES,
     TIME_YEARS,
@@ -91,12 +89,7 @@ class Plan:
     note_at: int | None  # where notes of fields made safe go (the anomaly column), if the type has one
 
     @classmethod
-    def of(
-        cls,
-        record_type: str,
-        check_key: Callable[[tuple[Any, ...]], None],
-        fields: tuple[contract.Field, ...] | None = None,
-    ) -> Plan:
+    def of(cls, record_type: str, fields: tuple[contract.Field, ...] | None = None) -> Plan:
         fields = contract.CONTRACT[record_type] if fields is None else fields
         rules = RULES[record_type] if fields is contract.CONTRACT[record_type] else {f.name: f for f in fields}
         kinds = [r.kind for r in rules.values()]
@@ -111,7 +104,7 @@ class Plan:
             times=tuple(i for i, k in enumerate(kinds) if k == "time"),
             lists=tuple(i for i, k in enumerate(kinds) if k == "texts"),
             maps=tuple(i for i, k in enumerate(kinds) if k == "counts"),
-            check_key=check_key,
+            check_key=_key_check(record_type, tuple(rules)),
             decoder=msgspec.json.Decoder(_struct(record_type, rules)),
             wire_decoder=msgspec.json.Decoder(_struct(record_type, {name: rules[name] for name in sorted(rules)})),
             fields=fields,
@@ -266,68 +259,29 @@ def _check_all(plan: Plan, document: Mapping[str, Any], values: tuple[Any, ...],
     check_document(plan.rules, document, limits)
 
 
-def _index(rules: Mapping[str, Rule], *names: str) -> tuple[int, ...]:
-    order = list(rules)
-    return tuple(order.index(name) for name in names)
+def _key_check(record_type: str, names: tuple[str, ...]) -> Callable[[tuple[Any, ...]], None]:
+    """The check of one record's values (in ``names`` order) against its type's fixed sets of values and its
+    dedupe key (``sevents.records.ENUMS``, ``KEYS``): ``bad_value`` or ``bad_key``."""
+    enums = [(names.index(name), name, allowed) for name, allowed in records.ENUMS[record_type].items()]
+    recipe = records.KEYS[record_type]
+    key_name = contract.BY_NAME[record_type].key
+    key_at, id_at = names.index(key_name), names.index("record_id")
+
+    def check(values: tuple[Any, ...]) -> None:
+        for i, name, allowed in enums:
+            if values[i] not in allowed:
+                raise InvalidRecord("bad_value", f"unknown {name} {values[i]!r}")
+        (expected,) = recipe({name: (value,) for name, value in zip(names, values, strict=True)})
+        if values[key_at] != expected or values[id_at] != expected:
+            raise InvalidRecord("bad_key", f"{key_name}/record_id do not match the record's identity")
+
+    return check
 
 
-_T_VM, _T_EVENT, _T_ANOMALY, _T_INCARNATION, _T_KIND, _T_KEY, _T_ID = _index(
-    TRANSITION_RULES, "vm_id", "event_id", "anomaly", "incarnation", "kind", "transition_id", "record_id"
-)
-_H_VM, _H_OBSERVED, _H_KEY, _H_ID = _index(HEARTBEAT_RULES, "vm_id", "observed_at", "heartbeat_id", "record_id")
-_I_VM, _I_DETECTED, _I_BEGAN, _I_KEY, _I_ID = _index(
-    IMPACT_RULES, "vm_id", "detected_by", "began_at", "impact_id", "record_id"
-)
-_A_VM, _A_EVENT, _A_DECISION, _A_KEY, _A_ID = _index(
-    APPROVAL_RULES, "vm_id", "event_id", "decision", "approval_id", "record_id"
-)
-
-
-def _check_transition_key(values: tuple[Any, ...]) -> None:
-    kind = values[_T_KIND]
-    if kind not in records.KINDS:
-        raise InvalidRecord("bad_value", f"unknown kind {kind!r}")
-    # A document-level anomaly has no EventId; the collector keys it by its reason instead.
-    subject = values[_T_EVENT] or f"document: {values[_T_ANOMALY]}"
-    expected = records.transition_id(values[_T_VM], subject, values[_T_INCARNATION], kind)
-    if values[_T_KEY] != expected or values[_T_ID] != expected:
-        raise InvalidRecord("bad_key", "transition_id/record_id do not match the record's identity")
-
-
-def _check_heartbeat_key(values: tuple[Any, ...]) -> None:
-    expected = records.heartbeat_id(values[_H_VM], values[_H_OBSERVED])
-    if values[_H_KEY] != expected or values[_H_ID] != expected:
-        raise InvalidRecord("bad_key", "heartbeat_id/record_id do not match the record's identity")
-
-
-def _check_impact_key(values: tuple[Any, ...]) -> None:
-    detected_by = values[_I_DETECTED]
-    if detected_by not in records.DETECTED_BY:
-        raise InvalidRecord("bad_value", f"unknown detected_by {detected_by!r}")
-    expected = records.impact_id(values[_I_VM], detected_by, values[_I_BEGAN])
-    if values[_I_KEY] != expected or values[_I_ID] != expected:
-        raise InvalidRecord("bad_key", "impact_id/record_id do not match the record's identity")
-
-
-def _check_approval_key(values: tuple[Any, ...]) -> None:
-    decision = values[_A_DECISION]
-    if decision not in records.DECISIONS:
-        raise InvalidRecord("bad_value", f"unknown decision {decision!r}")
-    expected = records.approval_id(values[_A_VM], values[_A_EVENT], decision)
-    if values[_A_KEY] != expected or values[_A_ID] != expected:
-        raise InvalidRecord("bad_key", "approval_id/record_id do not match the record's identity")
-
-
-_KEY_CHECKS: Final = {
-    records.RECORD_TRANSITION: _check_transition_key,
-    records.RECORD_HEARTBEAT: _check_heartbeat_key,
-    records.RECORD_IMPACT: _check_impact_key,
-    records.RECORD_APPROVAL: _check_approval_key,
-}
-_TRANSITION: Final = Plan.of(records.RECORD_TRANSITION, _check_transition_key)
-_HEARTBEAT: Final = Plan.of(records.RECORD_HEARTBEAT, _check_heartbeat_key)
-_IMPACT: Final = Plan.of(records.RECORD_IMPACT, _check_impact_key)
-_APPROVAL: Final = Plan.of(records.RECORD_APPROVAL, _check_approval_key)
+_TRANSITION: Final = Plan.of(records.RECORD_TRANSITION)
+_HEARTBEAT: Final = Plan.of(records.RECORD_HEARTBEAT)
+_IMPACT: Final = Plan.of(records.RECORD_IMPACT)
+_APPROVAL: Final = Plan.of(records.RECORD_APPROVAL)
 _PLANS: Final[dict[str, Plan]] = {p.record_type: p for p in (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)}
 _FAST_ORDER: Final = (_TRANSITION, _HEARTBEAT, _IMPACT, _APPROVAL)  # the one the throughput goal is about first
 FAST_PLANS: Final = _FAST_ORDER  # the record types' plans in the order the fast paths try them (ingest.decode_batch)
@@ -355,7 +309,7 @@ def _decoder(plans: tuple[Plan, ...]) -> Decoder:
 def decoder_for(declaration: Mapping[str, tuple[contract.Field, ...]]) -> Decoder:
     """``decode_noted`` for a declaration of the record types (``sevents.contract.CONTRACT`` or, in tests, one with
     a field added: a new optional field needs no change here)."""
-    return _decoder(tuple(Plan.of(t, _KEY_CHECKS[t], fields) for t, fields in declaration.items()))
+    return _decoder(tuple(Plan.of(t, fields) for t, fields in declaration.items()))
 
 
 # The one decoder the ingest stores by (ingest.handler; ingest.decode_batch takes the common case in columns and

@@ -138,7 +138,7 @@ def _doubts(plan: Plan, columns: list[Sequence[Any]], limits: Limits) -> tuple[d
         bad.update(j for j, counts in enumerate(columns[i]) if not _counts_fit(counts, limits))
     times = {i: _wire_times(columns[i], bad) for i in plan.times}
     named = dict(zip(plan.names, columns, strict=True))
-    bad.update(_KEYS[plan.record_type](named))
+    bad.update(_key_doubts(plan.record_type, named))
     return times, bad
 
 
@@ -205,32 +205,10 @@ def _outside(values: Sequence[str], allowed: tuple[str, ...]) -> set[int]:
     return {j for j, v in enumerate(values) if v not in allowed}
 
 
-def _transition_keys(c: Mapping[str, Sequence[Any]]) -> set[int]:
-    # A document-level anomaly has no EventId; the collector keys it by its reason instead.
-    subjects = [e or f"document: {a}" for e, a in zip(c["event_id"], c["anomaly"], strict=True)]
-    incarnations = list(map(str, c["incarnation"]))
-    expected = records.digests("t", c["vm_id"], subjects, incarnations, c["kind"])
-    return _outside(c["kind"], records.KINDS) | _off(expected, c["transition_id"], c["record_id"])
-
-
-def _heartbeat_keys(c: Mapping[str, Sequence[Any]]) -> set[int]:
-    expected = records.digests("h", c["vm_id"], c["observed_at"])
-    return _off(expected, c["heartbeat_id"], c["record_id"])
-
-
-def _impact_keys(c: Mapping[str, Sequence[Any]]) -> set[int]:
-    expected = records.digests("i", c["vm_id"], c["detected_by"], c["began_at"])
-    return _outside(c["detected_by"], records.DETECTED_BY) | _off(expected, c["impact_id"], c["record_id"])
-
-
-def _approval_keys(c: Mapping[str, Sequence[Any]]) -> set[int]:
-    expected = records.digests("a", c["vm_id"], c["event_id"], c["decision"])
-    return _outside(c["decision"], records.DECISIONS) | _off(expected, c["approval_id"], c["record_id"])
-
-
-_KEYS: Final[Mapping[str, Callable[[Mapping[str, Sequence[Any]]], set[int]]]] = {
-    records.RECORD_TRANSITION: _transition_keys,
-    records.RECORD_HEARTBEAT: _heartbeat_keys,
-    records.RECORD_IMPACT: _impact_keys,
-    records.RECORD_APPROVAL: _approval_keys,
-}
+def _key_doubts(record_type: str, c: Mapping[str, Sequence[Any]]) -> set[int]:
+    """The rows whose fixed-set fields or dedupe keys are wrong (``sevents.records.ENUMS``, ``KEYS``)."""
+    bad: set[int] = set()
+    for name, allowed in records.ENUMS[record_type].items():
+        bad |= _outside(c[name], allowed)
+    expected = records.KEYS[record_type](c)
+    return bad | _off(expected, c[contract.BY_NAME[record_type].key], c["record_id"])

@@ -255,6 +255,7 @@ RECORD_TYPES: Final = (
         purpose="one row per decision of a collector's approval policy about one event",
     ),
 )
+BY_NAME: Final[Mapping[str, RecordType]] = {t.name: t for t in RECORD_TYPES}
 BY_TABLE: Final[Mapping[str, RecordType]] = {t.table: t for t in RECORD_TYPES}
 CONTRACT: Final[Mapping[str, tuple[Field, ...]]] = {t.name: t.fields for t in RECORD_TYPES}
 TABLES: Final[Mapping[str, str]] = {t.name: t.table for t in RECORD_TYPES}

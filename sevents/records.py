@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Final
 
@@ -95,6 +95,32 @@ def heartbeat_id(vm_id: str, observed_at: str) -> str:
 def impact_id(vm_id: str, detected_by: str, began_at: str) -> str:
     """The deterministic dedupe key of an observed downtime: its VM, how it was noticed and when it began."""
     return _digest("i", vm_id, detected_by, began_at)
+
+
+Columns = Mapping[str, Sequence[Any]]  # field name -> one value per record
+
+
+def _transition_keys(c: Columns) -> list[str]:
+    # A document-level anomaly has no EventId; the collector keys it by its reason instead (transition_id).
+    subjects = [e or f"document: {a}" for e, a in zip(c["event_id"], c["anomaly"], strict=True)]
+    return digests("t", c["vm_id"], subjects, [str(n) for n in c["incarnation"]], c["kind"])
+
+
+# Each record type's dedupe keys from its identity fields, many records at once (the same as transition_id,
+# heartbeat_id, impact_id and approval_id one at a time), and its fields that hold one of a fixed set of values.
+# The ingest checks every record against them (ingest.decode one at a time, ingest.decode_batch by columns).
+KEYS: Final[Mapping[str, Callable[[Columns], list[str]]]] = {
+    RECORD_TRANSITION: _transition_keys,
+    RECORD_HEARTBEAT: lambda c: digests("h", c["vm_id"], c["observed_at"]),
+    RECORD_IMPACT: lambda c: digests("i", c["vm_id"], c["detected_by"], c["began_at"]),
+    RECORD_APPROVAL: lambda c: digests("a", c["vm_id"], c["event_id"], c["decision"]),
+}
+ENUMS: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
+    RECORD_TRANSITION: {"kind": KINDS},
+    RECORD_HEARTBEAT: {},
+    RECORD_IMPACT: {"detected_by": DETECTED_BY},
+    RECORD_APPROVAL: {"decision": DECISIONS},
+}
 
 
 def record_id_of(payload: bytes) -> str:
