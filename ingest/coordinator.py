@@ -39,6 +39,7 @@ from typing import Any, Final, Protocol
 
 from collector.windows import within
 from ingest.coordinator_settings import CoordinatorSettings
+from ingest.errors import LeaseLost
 from sevents import contract, records
 from sevents.version import version
 
@@ -242,10 +243,6 @@ def coordinator_record(
         "http_status": http_status,
         "decided_at": at,
     }
-
-
-class LeaseLost(Exception):
-    """The lease of an event is no longer ours: another coordinator decides about it."""
 
 
 class Acks(Protocol):

@@ -36,7 +36,7 @@ from azure.core.pipeline.policies import (
 from azure.core.rest import HttpRequest
 
 from ingest.azure_identity import credential_scope
-from ingest.coordinator import LeaseLost
+from ingest.errors import LeaseLost
 from sevents.version import version
 
 log = logging.getLogger("ingest.coordinator")

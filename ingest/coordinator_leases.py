@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.coordinator import LeaseLost
+from ingest.errors import LeaseLost
 
 FILE: Final = "leases.sqlite"
 _SCHEMA: Final = (
