@@ -220,6 +220,7 @@ def _chain(start: Record, *steps: Enricher, fields: tuple[contract.Field, ...]) 
     built, notes = contract.build(fields, record, skip=("seq",))
     if notes:
         log.warning("record fields made safe", extra={"record_type": built["record_type"], "fields": notes})
+        originals = {name: value for name, value in record.items() if name in built and built[name] != value}
         # Where the event has its own row, the anomaly column says what was repaired; a document-level anomaly
         # keys on its anomaly text, so its notes go to the log only.
         if built.get("event_id") and "anomaly" in built:
@@ -227,4 +228,6 @@ def _chain(start: Record, *steps: Enricher, fields: tuple[contract.Field, ...]) 
             built["anomaly"] = (f"{built['anomaly']}; {note}" if built["anomaly"] else note)[
                 : contract.DEFAULT_LIMITS.max_text_chars
             ]
+        # what the fields held goes beside the record, so nothing the collector was handed is lost (the outbox)
+        return records.MadeSafe(built, notes, originals)
     return built

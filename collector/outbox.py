@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from sevents.records import RECORD_HEARTBEAT, encode
+from sevents.records import RECORD_HEARTBEAT, RECORD_ORIGINAL, encode, original_row
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ BUSY_TIMEOUT_S: Final = 30.0
 DROP_HEARTBEAT_EVICTED: Final = "heartbeat_evicted"
 DROP_HEARTBEAT_REJECTED: Final = "heartbeat_rejected"
 DROP_TRANSITIONS_DEFERRED: Final = "transitions_deferred"
+DROP_ORIGINAL_REJECTED: Final = "original_rejected"  # no room for what a made-safe record's fields held
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -177,7 +178,7 @@ class Outbox:
             cap = min(self.max_bytes - overhead, used + free - self.reserve_bytes)
             rows: list[tuple[int, str, bytes]] = []
             seqs: list[int] = []
-            rejected = 0
+            rejected = originals_rejected = 0
             for record in records:
                 seq = last_seq + 1
                 payload = encode({**record, "seq": seq})
@@ -197,11 +198,20 @@ class Outbox:
                 used += len(payload)
                 rows.append((seq, record_type, payload))
                 seqs.append(seq)
+                original = original_row(record, last_seq + 1)  # what fields made safe held, beside the record
+                if original is not None and used + len(original) > cap:
+                    originals_rejected += 1  # the record itself is stored: only the long original is given up
+                elif original is not None:
+                    last_seq += 1
+                    used += len(original)
+                    rows.append((last_seq, RECORD_ORIGINAL, original))
             db.executemany("INSERT INTO records (seq, record_type, payload) VALUES (?, ?, ?)", rows)
             db.execute("UPDATE counters SET value = ? WHERE name = 'last_seq'", (last_seq,))
             db.execute("UPDATE counters SET value = ? WHERE name = 'payload_bytes'", (used,))
             if rejected:
                 _add_drop(db, DROP_HEARTBEAT_REJECTED, rejected)
+            if originals_rejected:
+                _add_drop(db, DROP_ORIGINAL_REJECTED, originals_rejected)
             if snapshot is not None:
                 db.execute("INSERT OR REPLACE INTO state (key, value) VALUES ('snapshot', ?)", (snapshot,))
         return seqs

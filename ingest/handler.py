@@ -51,7 +51,7 @@ from ingest.metrics import IngestMetrics
 from ingest.rows import COLUMNS_OF, KEY_OF, TABLE_OF, Batch
 from ingest.source import Delivery, Provenance
 from ingest.writer import COMPARED, Writer, comparable
-from sevents import contract
+from sevents import contract, records
 from sevents.retry import Backoff
 from sevents.tracing import record_links, tracing
 
@@ -63,6 +63,8 @@ DEFAULT_LIMITS = Limits()
 
 
 MADE_SAFE = "made_safe"  # the dead-letter reason of an original kept beside its repaired, stored row
+# ... and of what a record's fields held before the collector made them safe (sevents.records.RECORD_ORIGINAL)
+MADE_SAFE_BY_COLLECTOR = "made_safe_by_collector"
 RETENTION = "retention"  # the drop reason of a record older than every table that would keep it
 NOT_ITS_PARTITION_KEY = "not_its_partition_key"  # a record whose vm_id is not the partition key it came under
 FUTURE = "future"  # a record observed later than the hub enqueued it, beyond the clock-skew bound
@@ -192,8 +194,9 @@ def prepare(
     The batch decoder takes every record it can vouch for, column by column; the others go through the
     per-record decoder, which stores or rejects each with its reason. A record with a field made safe is stored
     repaired and its original kept in dead letters (reason ``made_safe``): the transition is never lost for one
-    bad field, and nothing of what was sent is lost. A delivery with provenance is stored only if ``vouch``
-    finds it the sender's own.
+    bad field, and nothing of what was sent is lost. What the collector itself made safe arrives as a row of its
+    own (record_type property ``original``) and is kept in dead letters whole (``made_safe_by_collector``). A
+    delivery with provenance is stored only if ``vouch`` finds it the sender's own.
     """
     batch = Batch()
     rejected: dict[str, int] = {}
@@ -202,6 +205,12 @@ def prepare(
         rejected[error.reason] = rejected.get(error.reason, 0) + 1
         batch.add_dead_letter(delivery, error=str(error), source=source, received_at=received_at)
 
+    originals = [d for d in deliveries if d.properties.get("record_type") == records.RECORD_ORIGINAL]
+    if originals:  # what fields the collector made safe held: kept whole beside the record it stored
+        for delivery in originals:
+            rejected[MADE_SAFE_BY_COLLECTOR] = rejected.get(MADE_SAFE_BY_COLLECTOR, 0) + 1
+            batch.add_dead_letter(delivery, error=MADE_SAFE_BY_COLLECTOR, source=source, received_at=received_at)
+        deliveries = [d for d in deliveries if d.properties.get("record_type") != records.RECORD_ORIGINAL]
     proven = any(d.provenance is not None for d in deliveries)
     decoded = decode_batch([d.payload for d in deliveries], [d.position for d in deliveries], limits)
     for table, (columns, indexes) in decoded.tables.items():
@@ -454,7 +463,7 @@ class Handler:
         for reason, count in rejected.items():
             if reason == MADE_SAFE:  # stored (repaired) and counted above; the original copy is the dead letter
                 m.records.add(count, {"outcome": "made_safe"})
-            else:
+            elif reason != MADE_SAFE_BY_COLLECTOR:  # that one is no record: what a stored record's fields held
                 m.records.add(count, {"outcome": "dead_letter"})
             m.dead_letters.add(count, {"reason": reason})
         if oldest is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Final
@@ -171,3 +172,41 @@ def parse_time(text: str) -> datetime:
 def encode(record: Mapping[str, Any]) -> bytes:
     """Canonical JSON bytes of a record (sorted keys, no spaces): stable for hashing and dedupe."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# ---- what the collector made safe (issue 29): the originals travel beside the record, as dead letters ----
+
+# The outbox row kept beside a record whose fields the collector made safe (an over-long Description, a number
+# beyond its column): what those fields held. Not a record type of the contract: it ships like any row, under
+# this record_type property, and the ingest keeps it whole in dead_letters (reason made_safe_by_collector).
+RECORD_ORIGINAL: Final = "original"
+
+
+class MadeSafe(dict[str, Any]):
+    """A record (its safe values, as sent) whose ``notes`` say which fields were made safe and ``originals`` what
+    they held before; the outbox keeps the originals in a row of their own (``original_row``)."""
+
+    def __init__(self, record: Mapping[str, Any], notes: Sequence[str], originals: Mapping[str, Any]) -> None:
+        super().__init__(record)
+        self.notes = list(notes)
+        self.originals = dict(originals)
+
+
+def original_row(record: Mapping[str, Any], seq: int) -> bytes | None:
+    """The payload of the row that keeps what a made-safe record's fields held, as row ``seq`` (None for a record
+    stored as built). ASCII JSON, non-finite numbers as text: any value the collector was handed can be written."""
+    if not isinstance(record, MadeSafe):
+        return None
+    originals = {
+        k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.originals.items()
+    }
+    body = {
+        "record_type": RECORD_ORIGINAL,
+        "seq": seq,
+        "vm_id": record.get("vm_id", ""),
+        "of_record_type": record.get("record_type", ""),
+        "of_record_id": record.get("record_id", ""),
+        "notes": record.notes,
+        "originals": originals,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str).encode()
