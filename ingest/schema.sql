@@ -1022,8 +1022,8 @@ FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
 --   since_day on (view, last defined by 0016_central_feed)
 CREATE VIEW sevents.events_since
 AS SELECT
-    * EXCEPT (in_sevents_, s_, p_event_id, p_status, p_settled, p_settled_at, p_started_at, p_first_seen_at, p_event_type, p_event_source, p_resource_type, p_description, p_duration_s, p_not_before_first, p_not_before_last, p_resources, p_subscription_id, p_resource_group) REPLACE (if(s_, event_id, p_event_id) AS event_id, if(s_, event_type, p_event_type) AS event_type, if(s_, event_source, p_event_source) AS event_source, if(s_, resource_type, p_resource_type) AS resource_type, if(s_, description, p_description) AS description, if(s_, duration_s, p_duration_s) AS duration_s, if(s_, first_seen_at, p_first_seen_at) AS first_seen_at, if(s_, not_before_first, p_not_before_first) AS not_before_first, if(s_, not_before_last, p_not_before_last) AS not_before_last, if(s_, started_at, p_started_at) AS started_at, if(s_, ended_at, p_settled_at) AS ended_at, multiIf(p_settled = 'Completed', 'completed', p_settled = 'Canceled', 'cancelled', s_, outcome, 'announced') AS outcome, if(s_, affected_vms, p_resources) AS affected_vms, if(s_, affected_vm_count, length(p_resources)) AS affected_vm_count, if(s_, subscription_ids, [p_subscription_id]) AS subscription_ids, if(s_, resource_groups, [p_resource_group]) AS resource_groups, if(s_, notice_s, dateDiff('millisecond', p_first_seen_at, p_started_at) / 1000) AS notice_s, if(s_, started_to_gone_s, dateDiff('millisecond', p_started_at, p_settled_at) / 1000) AS started_to_gone_s),
-    multiIf(NOT s_, 'platform', p_event_id != '', 'both', 'sevents') AS seen_by,
+    * EXCEPT (in_sevents_, s_, in_platform_, p_status, p_settled, p_settled_at, p_started_at, p_first_seen_at, p_event_type, p_event_source, p_resource_type, p_description, p_duration_s, p_not_before_first, p_not_before_last, p_resources, p_subscription_id, p_resource_group) REPLACE (if(s_, event_type, p_event_type) AS event_type, if(s_, event_source, p_event_source) AS event_source, if(s_, resource_type, p_resource_type) AS resource_type, if(s_, description, p_description) AS description, if(s_, duration_s, p_duration_s) AS duration_s, if(s_, first_seen_at, p_first_seen_at) AS first_seen_at, if(s_, not_before_first, p_not_before_first) AS not_before_first, if(s_, not_before_last, p_not_before_last) AS not_before_last, if(s_, started_at, p_started_at) AS started_at, if(s_, ended_at, p_settled_at) AS ended_at, multiIf(p_settled = 'Completed', 'completed', p_settled = 'Canceled', 'cancelled', s_, outcome, 'announced') AS outcome, if(s_, affected_vms, p_resources) AS affected_vms, if(s_, affected_vm_count, length(p_resources)) AS affected_vm_count, if(s_, subscription_ids, [p_subscription_id]) AS subscription_ids, if(s_, resource_groups, [p_resource_group]) AS resource_groups, if(s_, notice_s, dateDiff('millisecond', p_first_seen_at, p_started_at) / 1000) AS notice_s, if(s_, started_to_gone_s, dateDiff('millisecond', p_started_at, p_settled_at) / 1000) AS started_to_gone_s),
+    multiIf(NOT s_, 'platform', ifNull(in_platform_, 0) = 1, 'both', 'sevents') AS seen_by,
     p_status AS platform_status,
     if((p_settled != '') OR (NOT s_), 'platform', 'sevents') AS outcome_source
 FROM
@@ -1253,7 +1253,8 @@ FROM
     FULL OUTER JOIN
     (
         SELECT
-            event_id AS p_event_id,
+            event_id,
+            toUInt8(1) AS in_platform_,
             argMax(event_status, (multiIf((event_status IN ('Completed', 'Canceled')), 3, event_status = 'Started', 2, 1), reconciled_at)) AS p_status,
             argMaxIf(event_status, reconciled_at, (event_status IN ('Completed', 'Canceled'))) AS p_settled,
             minOrNullIf(first_seen_at, (event_status IN ('Completed', 'Canceled'))) AS p_settled_at,
@@ -1270,9 +1271,9 @@ FROM
             argMax(subscription_id, reconciled_at) AS p_subscription_id,
             argMax(resource_group, reconciled_at) AS p_resource_group
         FROM sevents.azure_scheduled_events
-        WHERE first_seen_at >= ({since_day:Date} - toIntervalDay(31))
+        WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)
         GROUP BY event_id
-    ) AS p ON p.p_event_id = s.event_id
+    ) AS p USING (event_id)
 );
 
 -- events: events_since over the whole history: one row per EventId (view, last defined by 0016_central_feed)
@@ -1560,7 +1561,7 @@ LEFT JOIN
         event_id AS p_event_id,
         argMax(event_status, reconciled_at) AS p_settled
     FROM sevents.azure_scheduled_events
-    WHERE (first_seen_at >= ({since_day:Date} - toIntervalDay(31))) AND (event_status IN ('Completed', 'Canceled'))
+    WHERE (first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)) AND (event_status IN ('Completed', 'Canceled'))
     GROUP BY event_id
 ) AS p ON p.p_event_id = l.event_id;
 

@@ -35,11 +35,10 @@ ORDER BY delivery_id;
 DROP VIEW IF EXISTS ${db}.events_since ${on_cluster};
 CREATE VIEW ${db}.events_since ${on_cluster} AS
 SELECT
-    * EXCEPT (in_sevents_, s_, p_event_id, p_status, p_settled, p_settled_at, p_started_at, p_first_seen_at, p_event_type,
+    * EXCEPT (in_sevents_, s_, in_platform_, p_status, p_settled, p_settled_at, p_started_at, p_first_seen_at, p_event_type,
               p_event_source, p_resource_type, p_description, p_duration_s, p_not_before_first, p_not_before_last,
               p_resources, p_subscription_id, p_resource_group)
     REPLACE (
-        if(s_, event_id, p_event_id) AS event_id,
         if(s_, event_type, p_event_type) AS event_type,
         if(s_, event_source, p_event_source) AS event_source,
         if(s_, resource_type, p_resource_type) AS resource_type,
@@ -60,7 +59,7 @@ SELECT
         if(s_, started_to_gone_s, dateDiff('millisecond', p_started_at, p_settled_at) / 1000) AS started_to_gone_s
     ),
     -- who saw it: sevents' collectors, Azure's own account (the central feed or Resource Graph), or both
-    multiIf(NOT s_, 'platform', p_event_id != '', 'both', 'sevents') AS seen_by,
+    multiIf(NOT s_, 'platform', ifNull(in_platform_, 0) = 1, 'both', 'sevents') AS seen_by,
     p_status AS platform_status,
     if(p_settled != '' OR NOT s_, 'platform', 'sevents') AS outcome_source
 FROM
@@ -260,7 +259,8 @@ FROM
         -- Azure's account of each event (central feed and Resource Graph rows alike), from the month of the events'
         -- first day on, a lookup by EventId (azure_scheduled_events is ordered by it)
         SELECT
-            event_id AS p_event_id,
+            event_id,
+            toUInt8(1) AS in_platform_,
             argMax(event_status, (multiIf(event_status IN ('Completed', 'Canceled'), 3, event_status = 'Started', 2, 1),
                                   reconciled_at)) AS p_status,
             argMaxIf(event_status, reconciled_at, event_status IN ('Completed', 'Canceled')) AS p_settled,
@@ -278,10 +278,10 @@ FROM
             argMax(subscription_id, reconciled_at) AS p_subscription_id,
             argMax(resource_group, reconciled_at) AS p_resource_group
         FROM ${db}.azure_scheduled_events
-        WHERE first_seen_at >= {since_day:Date} - INTERVAL 31 DAY
+        WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)
         GROUP BY event_id
 
-    ) AS p ON p.p_event_id = s.event_id
+    ) AS p USING (event_id)
 );
 
 DROP VIEW IF EXISTS ${db}.events ${on_cluster};
@@ -450,7 +450,7 @@ LEFT JOIN
     -- what the platform said became of the events (EventStatus Completed or Canceled), a lookup by EventId
     SELECT event_id AS p_event_id, argMax(event_status, reconciled_at) AS p_settled
     FROM ${db}.azure_scheduled_events
-    WHERE first_seen_at >= {since_day:Date} - INTERVAL 31 DAY AND event_status IN ('Completed', 'Canceled')
+    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31) AND event_status IN ('Completed', 'Canceled')
     GROUP BY event_id
 
 ) AS p ON p.p_event_id = l.event_id;

@@ -117,6 +117,13 @@ def test_the_feed_settles_outcomes_shows_platform_only_events_and_stores_a_repea
         "E-called-off": ("cancelled", "platform", "both", "Canceled"),
         "E-unwatched": ("announced", "platform", "platform", "Started"),
     }
+    # the whole-history view too (read from 1970: the feed's lookup must not wrap below the first day)
+    whole = ch.query(f"SELECT event_id, outcome, seen_by FROM {db}.events ORDER BY event_id").result_rows
+    assert [tuple(r) for r in whole] == [
+        ("E-called-off", "cancelled", "both"),
+        ("E-done", "completed", "both"),
+        ("E-unwatched", "announced", "platform"),
+    ]
     unwatched = after["E-unwatched"]
     assert (unwatched["event_type"], unwatched["affected_vms"], unwatched["affected_vm_count"]) == (
         "Reboot",
