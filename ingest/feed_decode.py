@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from ingest import reconcile_rows as rr
+from sevents.contract import TIME_YEARS
 
 EVENT_TYPE_PREFIX: Final = "microsoft.resourcenotifications.maintenanceresources.scheduledevent"
 CLOUDEVENTS_PREFIX: Final = "cloudEvents:"  # the AMQP binding's application-property prefix (binary mode)
@@ -34,6 +35,9 @@ NOT_AN_EVENT: Final = "feed_not_an_event"  # neither an Event Grid nor a CloudEv
 OTHER_TYPE: Final = "feed_other_event_type"  # an event, but not ScheduledEventEmitted
 NO_EVENT_ID: Final = "feed_no_event_id"  # no id of its own, or no EventId in data.resourceInfo
 TOO_LARGE: Final = "feed_too_large"  # over the ingest's max_payload_bytes
+BAD_VALUE: Final = "feed_bad_value"  # a value no column can hold (a NotBefore outside 1970-2105, a huge duration)
+
+INT64: Final = (-(2**63), 2**63 - 1)
 
 _ARM_PARENT = re.compile(r"^/subscriptions/([^/]+)/resourcegroups/([^/]+)/", re.IGNORECASE)
 
@@ -118,7 +122,15 @@ def _event(item: Any, binary: Mapping[str, str] | None, index: int) -> FeedEvent
     row = rr.event_row(_as_arg_item(info))
     if row is None:
         raise _Refusal(NO_EVENT_ID, "no EventId in data.resourceInfo")
-    return FeedEvent(delivery_id[:512], rr.parse_time(envelope["time"]), row, index)
+    not_before, duration = row["not_before"], row["duration_s"]
+    if not_before is not None and not TIME_YEARS[0] <= not_before.year <= TIME_YEARS[1]:
+        raise _Refusal(BAD_VALUE, f"NotBefore {not_before.isoformat()} is outside the years {TIME_YEARS}")
+    if duration is not None and not INT64[0] <= duration <= INT64[1]:
+        raise _Refusal(BAD_VALUE, f"DurationInSeconds {duration} is not a 64-bit number")
+    published = rr.parse_time(envelope["time"])
+    if published is not None and not TIME_YEARS[0] <= published.year <= TIME_YEARS[1]:
+        published = None  # its arrival stands in (ingest.feed)
+    return FeedEvent(delivery_id[:512], published, row, index)
 
 
 def _as_arg_item(info: Mapping[str, Any]) -> dict[str, Any]:

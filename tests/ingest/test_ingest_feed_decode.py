@@ -16,7 +16,7 @@ from tests.ingest.feed_events import EVENT_TYPE, cloud_event, event_grid, resour
 from tests.tiers import examples
 
 STATUSES = ("Scheduled", "Started", "Completed", "Canceled")
-REASONS = {fd.NOT_JSON, fd.NOT_AN_EVENT, fd.OTHER_TYPE, fd.NO_EVENT_ID, fd.TOO_LARGE}
+REASONS = {fd.NOT_JSON, fd.NOT_AN_EVENT, fd.OTHER_TYPE, fd.NO_EVENT_ID, fd.TOO_LARGE, fd.BAD_VALUE}
 names = st.text(
     st.characters(min_codepoint=33, max_codepoint=0x2FFF, exclude_characters="/\\"), min_size=1, max_size=20
 ).filter(str.strip)  # a blank id is refused (NO_EVENT_ID)
@@ -108,6 +108,10 @@ def test_other_event_types_and_missing_ids_are_refused_apart_from_their_neighbou
     assert fd.decode(b"\xff\x00")[1][0].reason == fd.NOT_JSON
     assert fd.decode(b"[]")[1][0].reason == fd.NOT_AN_EVENT
     assert fd.decode(b"x" * 2000, max_bytes=1024)[1][0].reason == fd.TOO_LARGE
+    far = resource_info("E-5", "Scheduled", ["vm-000"], not_before="2299-01-01T00:00:00Z")
+    huge = {**resource_info("E-6", "Started", ["vm-000"]), "properties": {"EventId": "E-6", "DurationInSeconds": 2**70}}
+    found, refused = fd.decode(json.dumps([event_grid("g-5", far, at), event_grid("g-6", huge, at)]).encode())
+    assert found == [] and [r.reason for r in refused] == [fd.BAD_VALUE, fd.BAD_VALUE]
 
 
 def test_the_type_is_matched_by_prefix_and_binary_cloud_events_read_their_properties() -> None:
