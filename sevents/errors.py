@@ -1,4 +1,4 @@
-"""One error tree for the whole project, and the one place that maps errors to process exit codes.
+"""The error tree the central commands share, and the one place that maps errors to process exit codes.
 
 SeventsError                  exit 1: something the process needed failed (store, network, file)
 ├── ConfigError               exit 2: invalid configuration or arguments; every problem is listed
@@ -10,6 +10,9 @@ SeventsError                  exit 1: something the process needed failed (store
 Every command line (sevents-collector, sevents-ingest, sevents-report, sevents-imds-sim, sevents-demo) uses the
 same numbers; see ``EXIT_STATUS``. argparse's own usage errors are also 2, and Ctrl-C is 130 (128 + SIGINT).
 Only ``sevents-collector`` exits 3 (``ExitCode.NO_STATE``): its state directory cannot be used or read.
+
+The collector's own errors are not in this tree: a daemon rides them out inside its parts rather than end with
+them. Its tree is drawn in the ``collector`` package's docstring; the ingest's in ``ingest/errors.py``.
 """
 
 from __future__ import annotations
