@@ -55,7 +55,10 @@ def retry(
     on_retry: Callable[[RetryNote], None] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> T:
-    """``call()`` until it returns: the one retry loop of the project.
+    """``call()`` until it returns, for callers whose only business between tries is the wait. Loops that do more
+    between tries write their own around ``Backoff`` (the ingest handler's insert retries count and log each
+    failure and tell a refused row from a server fault; the webhook, the outbox source, the Event Hubs source and
+    the attestation fetch keep their own state between tries).
 
     An exception that ``retryable`` accepts waits ``backoff.delay(attempt, retry_after(error))`` and tries
     again, as long as that wait ends within ``backoff.deadline`` (from the first try; None: no end). Anything
