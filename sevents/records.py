@@ -1,11 +1,12 @@
-"""The wire contract: the records a collector emits and the ingest loads, and how they are keyed.
+"""Records on the wire, beyond their fields: the values some fields take, how each record is keyed, how it is
+written, and the originals kept beside a record the collector made safe.
 
 Every stage (outbox, Event Hubs message, ClickHouse row) carries the same JSON object, one per record.
 A record is a flat JSON object; ``record_type`` says which field set applies. Timestamps are strings in
 UTC with millisecond precision (``2026-11-21T23:23:24.123Z``). Absent optional values are ``null``.
 
-Changing a field's meaning or removing one bumps ``SCHEMA_VERSION``; adding an optional field does not.
-The fields themselves are declared once, in ``sevents.contract``.
+The fields and record types are declared once, in ``sevents.contract`` (the wire contract); changing a field's
+meaning or removing one bumps ``SCHEMA_VERSION``, adding an optional field does not.
 """
 
 from __future__ import annotations
