@@ -208,6 +208,7 @@ class RecordType:
     purpose: str
 
 
+# In this order the ingest's fast paths try a payload's type: transitions, the most numerous, first.
 RECORD_TYPES: Final = (
     RecordType(
         RECORD_TRANSITION,
