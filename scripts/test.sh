@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up the test tools, checks lint and types, and runs the test suite in parallel (pytest-xdist):
 #   bash scripts/test.sh [pytest args]          the whole suite, as CI runs it (.ci/run: bash scripts/test.sh -q)
-#   bash scripts/test.sh --fast [pytest args]   the inner loop: pure cores and unit tests, no slow/end-to-end tests
+#   bash scripts/test.sh --fast [pytest args]   the inner loop: the pure tier and the quick edges (no chDB, not slow)
+#   bash scripts/test.sh --pure [pytest args]   pure cores and unit tests only: no chDB, socket or subprocess (``io``)
+# The tiers, their markers and the watch that keeps ``io`` true: tests/tiers.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -10,11 +12,16 @@ echo "[test] ruff and mypy" >&2
 .venv/bin/ruff format --check --quiet .
 .venv/bin/mypy
 tier=()
-if [ "${1:-}" = "--fast" ]; then
+workers=(-n auto)
+case "${1:-}" in
+  # the quick edges mostly wait on loopback servers and subprocesses: twice as many workers as cores
+  --fast) tier=(-m "not slow and not engine and not benchmark") workers=(-n "$(($(nproc) * 2))") ;;
+  --pure) tier=(-m "not io and not slow and not engine and not benchmark") ;;
+esac
+if [ ${#tier[@]} -gt 0 ]; then
+  export SEVENTS_TEST_TIER="${1#--}"  # property tests search less hard (tests/tiers.py)
   shift
-  tier=(-m "not slow and not benchmark")
-  export SEVENTS_TEST_TIER=fast  # property tests search a tenth as hard (tests/tiers.py)
 fi
 echo "[test] pytest ${tier[*]:-(full suite)}" >&2
 # worksteal: test durations range from milliseconds to a minute, so idle workers take queued tests from busy ones.
-exec .venv/bin/python -m pytest -n auto --dist worksteal "${tier[@]}" "$@"
+exec .venv/bin/python -m pytest "${workers[@]}" --dist worksteal "${tier[@]}" "$@"
