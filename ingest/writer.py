@@ -90,11 +90,10 @@ _TIMES: Final = {
     contract.TABLES[t]: frozenset(f.name for f in fields if f.kind == "time") for t, fields in contract.CONTRACT.items()
 }
 _NARROW: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
-    "transitions": (("vm_id", "event_id"), None),  # ORDER BY (vm_id, event_id, ...): both in the key
-    "heartbeats": (("vm_id",), "observed_at"),  # the key is (vm_id, observed_at)
-    "impacts": (("vm_id",), "began_at"),  # the key is (vm_id, detected_by, began_at)
-    "approvals": (("vm_id", "event_id"), None),  # the key is (vm_id, event_id, decision)
+    t.table: (t.lookup, t.lookup_time) for t in contract.RECORD_TYPES
 }
+# Heartbeats last: alerts read the others, and a heartbeat's insert need not delay them.
+_INSERT_ORDER: Final = sorted((t.table for t in contract.RECORD_TYPES), key=lambda table: table == "heartbeats")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MS: Final = timedelta(milliseconds=1)
 
@@ -156,8 +155,7 @@ class Writer:
             if batch.dead_letters:
                 keys = [str(row[0]) for row in batch.dead_letters]  # dead_letter_id
                 self._insert_verified("dead_letters", batch.dead_letters, keys, verify)
-            # Transitions first: alerts read them, and a heartbeat's insert need not delay them.
-            for table in ("transitions", "approvals", "impacts", "heartbeats"):
+            for table in _INSERT_ORDER:
                 if batch.origins[table]:
                     gone = self._insert_table(table, batch, verify)
                     if gone:

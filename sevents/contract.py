@@ -194,7 +194,9 @@ class RecordType:
     ``key``: the field holding its dedupe key (also its ``record_id``); ``time``: the time its table is partitioned
     by (``partition``: "month" or "day") and its retention counts from (``retention``: "history" or "heartbeats",
     the setting that says how long); ``proven``: the times a record says it observed, none of which may be later
-    than the moment Event Hubs enqueued it (beyond the VM's clock skew); ``purpose``: the table in one line.
+    than the moment Event Hubs enqueued it (beyond the VM's clock skew); ``lookup``: the columns of the table's
+    sorting key a record's key fixes, and ``lookup_time`` a time the key includes, which narrow the read of the
+    stored versions of a batch's keys; ``purpose``: the table in one line.
     """
 
     name: str
@@ -205,6 +207,8 @@ class RecordType:
     partition: str
     retention: str
     proven: tuple[str, ...]
+    lookup: tuple[str, ...]
+    lookup_time: str | None
     purpose: str
 
 
@@ -219,6 +223,8 @@ RECORD_TYPES: Final = (
         partition="month",
         retention="history",
         proven=("observed_at", "prev_observed_at"),
+        lookup=("vm_id", "event_id"),
+        lookup_time=None,
         purpose="every transition any collector observed, raw event fields and the observer's identity; "
         "deduplicated by transition_id, read with FINAL",
     ),
@@ -231,6 +237,8 @@ RECORD_TYPES: Final = (
         partition="day",
         retention="heartbeats",
         proven=("observed_at", "started_at"),
+        lookup=("vm_id",),
+        lookup_time="observed_at",
         purpose="collector heartbeats (outbox depth, poll errors, the VM's identity and topology), kept 7 days",
     ),
     RecordType(
@@ -242,6 +250,8 @@ RECORD_TYPES: Final = (
         partition="month",
         retention="history",
         proven=("observed_at", "began_at"),
+        lookup=("vm_id",),
+        lookup_time="began_at",
         purpose="the downtime each collector measured on its own VM (a pause or a reboot), with the event Started then",
     ),
     RecordType(
@@ -253,6 +263,8 @@ RECORD_TYPES: Final = (
         partition="month",
         retention="history",
         proven=("observed_at", "decided_at"),
+        lookup=("vm_id", "event_id"),
+        lookup_time=None,
         purpose="one row per decision of a collector's approval policy about one event",
     ),
 )
