@@ -38,6 +38,7 @@ from sevents.version import add_version_flag
 log = logging.getLogger("ingest")
 
 DISRUPTIVE_TYPES = ("Reboot", "Redeploy")  # audit disruptive without --event-type
+READY_MAX_AGE_S = 60.0  # /readyz: how long ClickHouse may refuse writes before the ingest says it is not ready
 
 EPILOG = """\
 examples:
@@ -411,6 +412,8 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         pipeline = build(
             settings, stop, meter_provider=provider, until_idle=args.until_idle, apply_migrations=not args.no_migrate
         )
+        handler = pipeline.handler  # /healthz: the process answers; /readyz: ClickHouse takes its writes
+        prometheus.HEALTH.watch(live=lambda _: "", ready=lambda age: handler.store_problem(age or READY_MAX_AGE_S))
         log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
         with _answering_reads(settings), feed_wiring.beside(settings, pipeline.client, stop):
             pipeline.source.run(pipeline.handler, stop)

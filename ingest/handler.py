@@ -284,6 +284,7 @@ class Handler:
         self.dropped = 0  # not stored on purpose (older than their tables' retention, over the dead-letter cap)
         self.pinned = 0  # attested keys pinned (the gate's attestations are not records)
         self.dead_letter_cap = dead_letter_cap
+        self.failing_since: float | None = None  # monotonic: when ClickHouse began refusing (None: it is not)
         self._lock = threading.Lock()
 
     def __call__(self, deliveries: Sequence[Delivery]) -> None:
@@ -326,6 +327,13 @@ class Handler:
             self.pinned += passed.pinned
         if self.on_stored is not None:
             self.on_stored(batch)
+
+    def store_problem(self, max_age_s: float) -> str:
+        """Why the ingest is not ready (/readyz): ClickHouse has refused its writes for over ``max_age_s``; ""."""
+        since = self.failing_since
+        if since is None or time.monotonic() - since <= max_age_s:
+            return ""
+        return f"ClickHouse has refused writes for {time.monotonic() - since:.0f} s (retrying)"
 
     def _cap_dead_letters(self, batch: Batch, now: datetime) -> None:
         """Leave out the dead letters past their stream's hourly cap (``ingest.dead_letter_cap``): counted as
@@ -424,6 +432,7 @@ class Handler:
             except StoreError as error:
                 attempt += 1
                 first_failure = first_failure or started
+                self.failing_since = self.failing_since or first_failure
                 self.metrics.insert_failures.add(1)
                 delay = self.backoff.delay(attempt)
                 log.warning(
@@ -439,6 +448,7 @@ class Handler:
                 if self.stop.wait(delay):
                     raise Interrupted(f"stopped with {rows} rows unstored (not acknowledged)") from error
                 continue
+            self.failing_since = None
             if what == "insert":
                 self.metrics.insert_duration.record(time.monotonic() - started)
             if attempt:

@@ -15,8 +15,9 @@ connection (``Connection: close``), as before. Imported only when an address is 
 without one never loads it.
 
 The same listener answers ``/healthz`` (live) and ``/readyz`` (ready) from the checks the process registered with
-``HEALTH.watch`` (the collector does, ``collector.probes``): 200 and ``ok``, or 503 and the reason on one line;
-503 ``starting`` while nothing is registered (``sevents-ingest`` registers nothing). ``?max_age=SECONDS`` passes
+``HEALTH.watch`` (the collector: ``collector.probes``; ``sevents-ingest run``: ready while ClickHouse takes its
+writes): 200 and ``ok``, or 503 and the reason on one line; 503 ``starting`` while nothing is registered yet
+(before the pipeline is built). ``?max_age=SECONDS`` passes
 another age limit to the check (a probe's configuration); an invalid one is a 400. Every other path answers as
 before: the metrics.
 """

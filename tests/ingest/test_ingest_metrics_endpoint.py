@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,7 @@ def test_metrics_show_records_batches_and_lag(tmp_path: Path) -> None:
         port = logs.metrics_port()
         wait_for(lambda: "sevents_ingest_lag_seconds_count" in scrape(port), timeout=120)
         samples = scrape(port)
+        health = {path: _get(port, path) for path in ("/healthz", "/readyz")}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
@@ -55,3 +58,12 @@ def test_metrics_show_records_batches_and_lag(tmp_path: Path) -> None:
     assert value(samples, "sevents_ingest_batches_total") >= 1
     assert value(samples, "sevents_ingest_lag_seconds_count") >= 1
     assert value(samples, "sevents_ingest_insert_duration_seconds_count") >= 1
+    assert health == {"/healthz": (200, "ok"), "/readyz": (200, "ok")}  # running, ClickHouse taking its writes
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode().strip()

@@ -294,3 +294,34 @@ def test_ttl_is_read_from_the_schema_as_clickhouse_shows_it() -> None:
     )
     assert ttl_of("MergeTree ORDER BY a TTL d + INTERVAL 2 HOUR") == timedelta(hours=2)
     assert ttl_of("ReplacingMergeTree(ingested_at) PARTITION BY toYYYYMM(observed_at) ORDER BY (a)") is None
+
+
+class Refusing(Writer):
+    """A writer whose first ``refusals`` stores fail as a server fault would (ClickHouse away); before each store it
+    asks ``probe`` (what /readyz would say then)."""
+
+    def __init__(self, client: Any, database: str, refusals: int) -> None:
+        super().__init__(client, database)
+        self.refusals = refusals
+        self.probe: Callable[[], str] = lambda: ""
+        self.seen: list[str] = []
+
+    def store(self, batch: Batch, *, retry: bool = False) -> dict[str, int]:
+        self.seen.append(self.probe())
+        if self.refusals:
+            self.refusals -= 1
+            raise StoreError("connection refused")
+        return super().store(batch, retry=retry)
+
+
+def test_the_ingest_is_not_ready_while_clickhouse_refuses_its_writes(ch: Any, db: str) -> None:
+    """/readyz's check: while inserts are retried the handler says for how long; once stored it is ready again."""
+    writer = Refusing(ch, db, refusals=3)
+    handler = Handler(writer, source="t", stop=threading.Event(), backoff=Backoff(0.05, cap=0.05))
+    writer.probe = lambda: handler.store_problem(0.0)
+    handler(deliveries(synthetic.lifecycle("e-ready", 0)))
+    first, *retried = writer.seen
+    assert first == "" and len(retried) == 3  # three refusals, then the store that succeeded
+    assert all(p.startswith("ClickHouse has refused writes for") for p in retried)
+    assert handler.store_problem(0.0) == ""
+    assert scalar(ch, f"SELECT count() FROM {db}.transitions") == 3
