@@ -129,13 +129,21 @@ OVERLAPPING_IDS: Final = (
 SINCE_VIEWS: Final = ("events_since", "event_vms_since", "event_lifecycles_since", "event_impacts_since")
 
 
-def since(ids: str, view: str) -> str:
+def since(ids: str, view: str, platform: str = "") -> str:
     """``view`` (one of ``SINCE_VIEWS``: ``events_since``, ``event_vms_since`` or a narrower view of events),
-    only the events ``ids`` selects, read from the first day of those events on."""
+    only the events ``ids`` selects, read from the first day of those events on. ``platform`` (``events_since``
+    only): a condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
     # queries.since names the view without its suffix (the audit catalogue shares it)
-    return queries.since(ids, view.removesuffix("_since"), f"{DB}.", rows_after=_rows_after(ids))
+    return queries.since(ids, view.removesuffix("_since"), f"{DB}.", rows_after=_rows_after(ids), platform=platform)
+
+
+# The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
+# it (overlapping_range keeps those that overlap): with ``since`` their rows of events_since have seen_by 'platform'.
+PLATFORM_OVERLAPPING: Final = (
+    f"first_seen_at >= $__fromTime - INTERVAL {LOOKBACK_DAYS} DAY AND first_seen_at <= $__toTime"
+)
 
 
 # No rollup row of an event a panel can show is older than its first observation, at most LOOKBACK_DAYS before

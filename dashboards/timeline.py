@@ -32,11 +32,13 @@ OUTCOMES: Final = (
     ("completed", "completed", "green"),
     ("cancelled", "cancelled", "text"),
     ("end_not_seen", "end not seen", "orange"),
+    ("announced", "announced (platform)", "purple"),
 )
 OUTCOME_HELP: Final = (
     "Outcome: active (a VM still shows it), completed (it started: seen, or measured as a VM's downtime), "
     "cancelled (a VM saw it gone without a start), end not seen (its collectors stopped or went silent while it "
-    "was Scheduled)."
+    "was Scheduled). Azure's own account settles it: Completed or Canceled from the central feed or Resource Graph; "
+    "announced: only the platform told of it (VMs without a collector: seen by platform), not settled yet."
 )
 
 
@@ -99,9 +101,9 @@ def panels() -> list[g.Panel | g.Row]:
             "table",
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, outcome, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, affected_vm_count AS affected, "
-            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains "
-            f"FROM {f.since(f.OVERLAPPING_IDS, 'events_since')} WHERE {f.overlapping_range()} AND {f.event_filter()} "
-            "ORDER BY first_seen_at DESC, event_id LIMIT 1000",
+            f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains, seen_by "
+            f"FROM {f.since(f.OVERLAPPING_IDS, 'events_since', platform=f.PLATFORM_OVERLAPPING)} "
+            f"WHERE {f.overlapping_range()} AND {f.event_filter()} ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,
             description="One row per EventId across every VM that saw it. Click an EventId to drill down. "

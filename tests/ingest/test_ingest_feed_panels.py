@@ -22,7 +22,7 @@ from ingest.reconcile import Store
 from ingest.source import Delivery
 from ingest.writer import Writer
 from sevents.records import encode
-from tests.dashboards.dash_helpers import all_of, context, run
+from tests.dashboards.dash_helpers import all_of, context, dashboards, run
 from tests.ingest.feed_events import RG, SUB, event_grid, resource_info
 
 SET = "web-as"
@@ -48,7 +48,9 @@ def _inventory_vm(index: int) -> dict[str, Any]:
 
 
 def _panel(ch: Any, db: str, sql: str, now: datetime) -> list[dict[str, Any]]:
-    variables = {"subscription": all_of((SUB,))}
+    """The panel's rows with every variable on All (the subscription, the only one these panels read, offering SUB)."""
+    names = [v["name"] for v in dashboards()["sevents-timeline"]["templating"]["list"] if v["type"] != "datasource"]
+    variables = {name: all_of(()) for name in names if name != "event_id"} | {"subscription": all_of((SUB,))}
     frame = run(ch, qualified("sevents").sub(f"{db}.", sql), variables, context(now - timedelta(hours=1), now))
     return [dict(zip(frame.columns, row, strict=True)) for row in frame.rows]
 
@@ -118,3 +120,10 @@ def test_coverage_unwatched_events_and_gaps(ch: Any, db: str) -> None:
     ]
     gaps = _panel(ch, db, coverage.gaps_sql(), now + timedelta(minutes=30))
     assert [(r["vm_name"], r["collector_reporting"]) for r in gaps] == [(names[1], True)]
+    # the timeline's event table lists both feed events (no collector saw either), seen by the platform only
+    timeline = next(p for p in dashboards()["sevents-timeline"]["panels"] if p["title"] == "Events")
+    shown = _panel(ch, db, timeline["targets"][0]["rawSql"], now + timedelta(minutes=30))
+    assert sorted((r["event_id"], r["seen_by"], r["outcome"], r["affected"]) for r in shown) == [
+        ("E-set", "platform", "announced", 4),
+        ("E-watched", "platform", "announced", 1),
+    ]
