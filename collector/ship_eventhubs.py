@@ -165,6 +165,7 @@ class EventHubsSink:
         credential: Any = None,
         send_timeout: float = 30.0,
         on_drop: DropCounter | None = None,
+        attester: Attester | None = None,
         **client: Any,
     ) -> EventHubsSink:
         """Managed identity (the default): ``namespace`` is fully qualified, e.g. ``ns.servicebus.windows.net``."""
@@ -175,7 +176,7 @@ class EventHubsSink:
 
             return EventHubProducerClient(namespace, eventhub_name, credential or DefaultAzureCredential(), **options)
 
-        return cls(factory, send_timeout=send_timeout, on_drop=on_drop)
+        return cls(factory, send_timeout=send_timeout, on_drop=on_drop, attester=attester)
 
     @classmethod
     def from_settings(cls, settings: CollectorSettings) -> EventHubsSink:
@@ -187,17 +188,22 @@ class EventHubsSink:
         # One send must not outlast the shutdown drain (the shipper reports what is left when it ends).
         send_timeout = max(1.0, min(30.0, settings.drain_timeout))
         on_drop = outbox_drop_counter(settings.outbox_path)
-        sink = cls._from_settings(settings, connection_string, send_timeout, on_drop)
+        attester = None
         if settings.attestation:
             from collector.attestation import Attester
 
-            sink.attester = Attester.from_settings(settings)
-            log.info("attestation on: events are signed", extra={"key_id": sink.attester.signer.key_id})
-        return sink
+            attester = Attester.from_settings(settings)
+            log.info("attestation on: events are signed", extra={"key_id": attester.signer.key_id})
+        return cls._from_settings(settings, connection_string, send_timeout, on_drop, attester)
 
     @classmethod
     def _from_settings(
-        cls, settings: CollectorSettings, connection_string: str | None, send_timeout: float, on_drop: DropCounter
+        cls,
+        settings: CollectorSettings,
+        connection_string: str | None,
+        send_timeout: float,
+        on_drop: DropCounter,
+        attester: Attester | None,
     ) -> EventHubsSink:
         if connection_string:
             log.info(
@@ -208,13 +214,18 @@ class EventHubsSink:
                 eventhub_name=settings.eventhubs_name or None,
                 send_timeout=send_timeout,
                 on_drop=on_drop,
+                attester=attester,
             )
         log.info(
             "event hubs sink: managed identity",
             extra={"namespace": settings.eventhubs_namespace, "eventhub": settings.eventhubs_name},
         )
         return cls.from_namespace(
-            settings.eventhubs_namespace, settings.eventhubs_name, send_timeout=send_timeout, on_drop=on_drop
+            settings.eventhubs_namespace,
+            settings.eventhubs_name,
+            send_timeout=send_timeout,
+            on_drop=on_drop,
+            attester=attester,
         )
 
     def send(self, rows: Sequence[OutboxRow]) -> None:

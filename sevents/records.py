@@ -104,7 +104,7 @@ Columns = Mapping[str, Sequence[Any]]  # field name -> one value per record
 
 def _transition_keys(c: Columns) -> list[str]:
     # A document-level anomaly has no EventId; the collector keys it by its reason instead (transition_id).
-    subjects = [e or f"document: {a}" for e, a in zip(c["event_id"], c["anomaly"], strict=True)]
+    subjects = [e or f"document: {a}" for e, a in zip(c["event_id"], c["anomaly"])]  # no strict=: Python 3.9
     return digests("t", c["vm_id"], subjects, [str(n) for n in c["incarnation"]], c["kind"])
 
 
