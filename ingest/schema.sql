@@ -1252,7 +1252,7 @@ LEFT JOIN
         argMax(event_status, (multiIf((event_status IN ('Completed', 'Canceled')), 3, event_status = 'Started', 2, 1), reconciled_at)) AS p_status,
         argMaxIf(event_status, reconciled_at, (event_status IN ('Completed', 'Canceled'))) AS p_settled
     FROM sevents.azure_scheduled_events
-    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)
+    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 1)
     GROUP BY event_id
 ) AS p USING (event_id)
 UNION ALL
@@ -1607,7 +1607,7 @@ LEFT JOIN
         event_id AS p_event_id,
         argMax(event_status, reconciled_at) AS p_settled
     FROM sevents.azure_scheduled_events
-    WHERE (first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)) AND (event_status IN ('Completed', 'Canceled'))
+    WHERE (first_seen_at >= subtractDays(toDate32({since_day:Date}), 1)) AND (event_status IN ('Completed', 'Canceled'))
     GROUP BY event_id
 ) AS p ON p.p_event_id = l.event_id;
 

@@ -9,7 +9,8 @@
 -- The event views now read Azure's account too: the events the collectors saw take a lookup by EventId over
 -- azure_scheduled_events (a LEFT JOIN by event_id, so a filter on the EventIds shown still reaches the rollups), and
 -- the events only Azure's account has follow as rows of their own (UNION ALL: the same filter reaches them before
--- they are aggregated). A few rows per event, from 31 days before the events' first day:
+-- they are aggregated). A few rows per event, from the day before the events' first day (31 days before for
+-- the events only Azure's account has, whose first day the rollups do not know):
 -- outcome          'completed' or 'cancelled' as the platform said (EventStatus Completed or Canceled) settles what
 --                  sevents inferred; 'announced' (new) for an event only the platform told of, not yet settled
 -- outcome_source   'platform' when Azure's account gave the outcome, 'sevents' when inferred from the collectors
@@ -234,8 +235,9 @@ FROM
 LEFT JOIN
 (
     -- Azure's account of each event (central feed and Resource Graph rows alike): its latest status and whether it
-    -- settled the outcome, a lookup by EventId (azure_scheduled_events is ordered by it) from 31 days before the
-    -- events' first day (Date32: the whole-history view's 1970-01-01 must not wrap)
+    -- settled the outcome, a lookup by EventId (azure_scheduled_events is ordered by it) from the day before the
+    -- events' first day (Azure published them no earlier than a day before a collector first saw them; Date32: the
+    -- whole-history view's 1970-01-01 must not wrap)
     SELECT
         event_id,
         toUInt8(1) AS in_platform_,
@@ -243,7 +245,7 @@ LEFT JOIN
                               reconciled_at)) AS p_status,
         argMaxIf(event_status, reconciled_at, event_status IN ('Completed', 'Canceled')) AS p_settled
     FROM ${db}.azure_scheduled_events
-    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31)
+    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 1)
     GROUP BY event_id
 
 ) AS p USING (event_id)
@@ -478,10 +480,11 @@ FROM
 ) AS l
 LEFT JOIN
 (
-    -- what the platform said became of the events (EventStatus Completed or Canceled), a lookup by EventId
+    -- what the platform said became of the events (EventStatus Completed or Canceled), a lookup by EventId from the
+    -- day before the events' first day
     SELECT event_id AS p_event_id, argMax(event_status, reconciled_at) AS p_settled
     FROM ${db}.azure_scheduled_events
-    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 31) AND event_status IN ('Completed', 'Canceled')
+    WHERE first_seen_at >= subtractDays(toDate32({since_day:Date}), 1) AND event_status IN ('Completed', 'Canceled')
     GROUP BY event_id
 
 ) AS p ON p.p_event_id = l.event_id;
