@@ -9,8 +9,10 @@
 //   - the reconciler's identity (`sevents-ingest reconcile`, a user-assigned identity of its own): the built-in
 //     "Reader" on each subscription it reads, nothing else (module subscription-reader.bicep at subscription scope);
 //   - centralScheduledEvents (off by default): an Event Grid system topic for Microsoft's central Scheduled Events
-//     feed of this subscription, delivering ScheduledEventEmitted to the event hub with the topic's own
-//     (system-assigned) identity, which has "Azure Event Hubs Data Sender" on the event hub only.
+//     feed of this subscription, delivering ScheduledEventEmitted to an event hub of its own (feedEventHubName:
+//     Event Grid sends under no VM's partition key, so its events cannot share the collectors' hub) with the
+//     topic's own (system-assigned) identity, which has "Azure Event Hubs Data Sender" on that hub only; the
+//     ingest identity has "Azure Event Hubs Data Receiver" on it.
 // Shared keys are off unless allowSasFallback is true; then one Send-only SAS rule exists on the hub
 // for collectors that cannot use a managed identity (its key is read with listKeys, never output here).
 
@@ -79,6 +81,9 @@ param reconcileSubscriptionIds array = [
 
 @description('Deliver Microsoft\'s central Scheduled Events feed (preview, opt-in per VM or set) of this subscription to the event hub through an Event Grid system topic. One such topic per subscription.')
 param centralScheduledEvents bool = false
+
+@description('Event hub the central Scheduled Events feed is delivered to (centralScheduledEvents only; the ingest setting feed_eventhub).')
+param feedEventHubName string = 'scheduled-events-feed'
 
 @description('Name of the Event Grid system topic of the central Scheduled Events feed (centralScheduledEvents only).')
 param scheduledEventsTopicName string = 'sevents-maintenance-resources'
@@ -236,10 +241,38 @@ module reconcilerReader 'subscription-reader.bicep' = [
   }
 ]
 
-// Microsoft's central Scheduled Events feed (issue 27): a system topic on this subscription's maintenance resources
-// (location global, like every subscription-level source) and a subscription delivering ScheduledEventEmitted to
-// the hub (scheduledEventsSchema: Event Grid's schema or CloudEvents 1.0). Event Grid authenticates to Event Hubs
-// with the topic's system-assigned identity: it exists only with the topic and can only send to this hub.
+// Microsoft's central Scheduled Events feed (issue 27): a hub of its own (the collectors' hub only takes records
+// sent under their VM's partition key), a system topic on this subscription's maintenance resources (location
+// global, like every subscription-level source) and a subscription delivering ScheduledEventEmitted to the feed's
+// hub (scheduledEventsSchema: Event Grid's schema or CloudEvents 1.0). Event Grid authenticates to Event Hubs with
+// the topic's system-assigned identity: it exists only with the topic and can only send to the feed's hub.
+resource feedHub 'Microsoft.EventHub/namespaces/eventhubs@2024-01-01' = if (centralScheduledEvents) {
+  parent: namespace
+  name: feedEventHubName
+  properties: {
+    partitionCount: 2 // one event per maintenance announcement: a trickle next to the collectors' records
+    messageRetentionInDays: retentionDays
+  }
+}
+
+resource feedConsumerGroup 'Microsoft.EventHub/namespaces/eventhubs/consumergroups@2024-01-01' = if (centralScheduledEvents) {
+  parent: feedHub
+  name: consumerGroupName
+  properties: {
+    userMetadata: 'sevents ingest (the central Scheduled Events feed; blob checkpoints)'
+  }
+}
+
+resource ingestReceiveFeed 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (centralScheduledEvents) {
+  scope: feedHub
+  name: guid(feedHub.id, ingestPrincipalId, roleEventHubsDataReceiver)
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleEventHubsDataReceiver)
+    principalId: ingestPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 resource maintenanceTopic 'Microsoft.EventGrid/systemTopics@2022-06-15' = if (centralScheduledEvents) {
   name: scheduledEventsTopicName
   location: 'global'
@@ -253,8 +286,8 @@ resource maintenanceTopic 'Microsoft.EventGrid/systemTopics@2022-06-15' = if (ce
 }
 
 resource maintenanceTopicSend 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (centralScheduledEvents) {
-  scope: hub
-  name: guid(hub.id, maintenanceTopic.id, roleEventHubsDataSender)
+  scope: feedHub
+  name: guid(feedHub.id, maintenanceTopic.id, roleEventHubsDataSender)
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleEventHubsDataSender)
     principalId: maintenanceTopic.identity.principalId
@@ -282,7 +315,7 @@ resource scheduledEventsToHub 'Microsoft.EventGrid/systemTopics/eventSubscriptio
       destination: {
         endpointType: 'EventHub'
         properties: {
-          resourceId: hub.id
+          resourceId: feedHub.id
         }
       }
     }
@@ -319,6 +352,9 @@ output reconcilerClientId string = reconcilerIdentity.properties.clientId
 
 @description('Resource id of the reconciler\'s identity: attach it to the VM, container or pod that runs sevents-ingest reconcile.')
 output reconcilerIdentityId string = reconcilerIdentity.id
+
+@description('Ingest setting feed_eventhub: the hub of the central Scheduled Events feed (empty unless centralScheduledEvents).')
+output feedEventhub string = centralScheduledEvents ? feedEventHubName : ''
 
 @description('Event Grid system topic of the central Scheduled Events feed (empty unless centralScheduledEvents).')
 output scheduledEventsTopic string = centralScheduledEvents ? scheduledEventsTopicName : ''

@@ -153,16 +153,23 @@ def test_the_reconciler_has_its_own_identity_with_reader_only() -> None:
     assert "reconcile_client_id" in BICEP and hasattr(IngestSettings(), "reconcile_client_id")
 
 
-def test_the_central_scheduled_events_feed_is_off_by_default_and_sends_only_to_the_hub() -> None:
-    """The Event Grid system topic (Microsoft.ResourceNotifications.MaintenanceResources, location global) and its
-    subscription to the hub exist only with centralScheduledEvents, which is false by default; they deliver only
-    ScheduledEventEmitted, with the topic's own identity, which has Azure Event Hubs Data Sender on the hub only."""
+def test_the_central_scheduled_events_feed_is_off_by_default_and_sends_only_to_its_own_hub() -> None:
+    """The feed's hub, the Event Grid system topic (Microsoft.ResourceNotifications.MaintenanceResources, location
+    global) and its subscription exist only with centralScheduledEvents, which is false by default; they deliver
+    only ScheduledEventEmitted to a hub of the feed's own (never the collectors'), with the topic's own identity,
+    which has Azure Event Hubs Data Sender on that hub only; the ingest may receive from it."""
     assert re.search(r"^param centralScheduledEvents bool = false$", BICEP, re.MULTILINE)
     resources = bicep_resources(BICEP)
     grid = {name: text for name, text in resources.items() if "Microsoft.EventGrid/" in text.split("\n", 1)[0]}
     assert set(grid) == {"maintenanceTopic", "scheduledEventsToHub"}
     gated = [name for name, text in resources.items() if "= if (centralScheduledEvents)" in text.split("\n", 1)[0]]
-    assert sorted(gated) == ["maintenanceTopic", "maintenanceTopicSend", "scheduledEventsToHub"]
+    assert sorted(gated) == [
+        "feedConsumerGroup", "feedHub", "ingestReceiveFeed", "maintenanceTopic", "maintenanceTopicSend",
+        "scheduledEventsToHub",
+    ]  # fmt: skip
+    assert "name: feedEventHubName" in resources["feedHub"] and "param feedEventHubName string" in BICEP
+    receive = resources["ingestReceiveFeed"]
+    assert "scope: feedHub" in receive and "roleEventHubsDataReceiver)" in receive and "ingestPrincipalId" in receive
     topic = grid["maintenanceTopic"]
     assert "'Microsoft.EventGrid/systemTopics@" in topic and "location: 'global'" in topic
     assert "topicType: maintenanceResourcesTopicType" in topic and "source: subscription().id" in topic
@@ -174,11 +181,10 @@ def test_the_central_scheduled_events_feed_is_off_by_default_and_sends_only_to_t
         "var scheduledEventEmitted = 'Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted'"
         in BICEP
     )
-    assert (
-        "deliveryWithResourceIdentity" in feed and "endpointType: 'EventHub'" in feed and "resourceId: hub.id" in feed
-    )
+    assert "deliveryWithResourceIdentity" in feed and "endpointType: 'EventHub'" in feed
+    assert "resourceId: feedHub.id" in feed
     send = resources["maintenanceTopicSend"]
-    assert "scope: hub" in send and "roleDefinitions', roleEventHubsDataSender)" in send
+    assert "scope: feedHub" in send and "roleDefinitions', roleEventHubsDataSender)" in send
     assert "principalId: maintenanceTopic.identity.principalId" in send
     assert role_ids(BICEP)["roleEventHubsDataSender"] == "2b629674-e913-4c01-ae53-ef4638d8f975"
     # the README documents the switch, the identity and the Reader command for other subscriptions
