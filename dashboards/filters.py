@@ -17,15 +17,15 @@ from __future__ import annotations
 from typing import Any, Final
 
 from dashboards import grafana
-from ingest import queries
+from ingest import event_sql
 
 DB: Final = "sevents"
 EVENT_TYPES: Final = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 # A collector without a heartbeat this long counts as silent: the CLI's `audit silent`, the alert, the panels.
-SILENT_AFTER_S: Final = queries.SILENT_AFTER_S
+SILENT_AFTER_S: Final = event_sql.SILENT_AFTER_S
 # An (event, VM) pair unchanged this long is stale, and events are found through this many days of rollup
 # parts before a range (IMDS announces at most about 7 days ahead); the same figure as in migration 0006.
-LOOKBACK_DAYS: Final = queries.LOOKBACK_DAYS
+LOOKBACK_DAYS: Final = event_sql.LOOKBACK_DAYS
 
 # (variable name, label, column in tables that carry the observing VM's identity)
 VM_VARIABLES: Final = (
@@ -135,8 +135,7 @@ def since(ids: str, view: str, platform: str = "") -> str:
     only): a condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
-    # queries.since names the view without its suffix (the audit catalogue shares it)
-    return queries.since(ids, view.removesuffix("_since"), f"{DB}.", rows_after=_rows_after(ids), platform=platform)
+    return event_sql.since(ids, view, f"{DB}.", rows_after=_rows_after(ids), platform=platform)
 
 
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
@@ -158,12 +157,12 @@ def _rows_after(ids: str) -> str:
 
 
 def scoped(ids: str) -> str:
-    """``event_vms_since`` like ``since`` (through ``queries.scoped``), each VM with its set: ``fault_set``,
+    """``event_vms_since`` like ``since`` (through ``event_sql.scoped``), each VM with its set: ``fault_set``,
     ``fault_set_id``, ``fault_domain_label``.
 
     Per-domain figures group by ``fault_set_id`` with the domain: FD 0 of two sets is two rows.
     """
-    return queries.scoped(ids, f"{DB}.", rows_after=_rows_after(ids))
+    return event_sql.scoped(ids, f"{DB}.", rows_after=_rows_after(ids))
 
 
 def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
@@ -171,13 +170,13 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 
     For per-domain figures: group by ``fault_set_id`` and ``domain_``, label with ``domain_label``.
     """
-    return queries.hit_domains(keep, f"{DB}.", keys=keys, rows_after=RANGE_ROWS_AFTER)
+    return event_sql.hit_domains(keep, f"{DB}.", keys=keys, rows_after=RANGE_ROWS_AFTER)
 
 
 def event_sets(ids: str) -> str:
-    """Per event: ``availability_set`` from ``events_since`` (through ``queries.event_sets``; join by ``event_id``;
+    """Per event: ``availability_set`` from ``events_since`` (through ``event_sql.event_sets``; join by ``event_id``;
     a row's set: scale_set, else that)."""
-    return queries.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
+    return event_sql.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
 
 
 def active() -> str:

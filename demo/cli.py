@@ -41,7 +41,7 @@ from demo.compare import (
 )
 from demo.fleetrun import FleetRun, start
 from demo.processes import answers_heard, down_spans
-from ingest import queries
+from ingest import event_sql, queries
 from ingest.errors import IngestError
 from ingest.output import table
 from sevents import records
@@ -167,7 +167,7 @@ def _stopped(run: FleetRun, run_end: datetime) -> tuple[dict[str, datetime], dic
     """When each VM's collector stopped for good (a scenario's collector fault at its moment, the others at the
     run's end), and those ended by a fault that the pipeline does not count as silent yet."""
     faulted = {f.vm_name: f.at for f in ([] if run.downtimes is None else run.downtimes.faulted)}
-    silent_from = datetime.now(UTC) - timedelta(seconds=queries.SILENT_AFTER_S)
+    silent_from = datetime.now(UTC) - timedelta(seconds=event_sql.SILENT_AFTER_S)
     return {vm: run_end for vm in run.sim.vm_names} | faulted, {
         vm: at for vm, at in faulted.items() if at > silent_from
     }

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ingest import feed_wiring, queries, retention
+from ingest import event_sql, feed_wiring, queries, retention
 from ingest.clickhouse import CLIENT_ERRORS, connect, is_embedded
 from ingest.errors import IngestError
 from ingest.migrate import migrate
@@ -220,8 +220,8 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--threshold",
         type=_positive_int,
-        default=queries.SILENT_AFTER_S,
-        help=f"seconds without a heartbeat (default {queries.SILENT_AFTER_S}: the dashboards' and the alert's)",
+        default=event_sql.SILENT_AFTER_S,
+        help=f"seconds without a heartbeat (default {event_sql.SILENT_AFTER_S}: the dashboards' and the alert's)",
     )
     a = audit.add_parser("events", allow_abbrev=False, help="every event first seen in a window")
     _window(a)

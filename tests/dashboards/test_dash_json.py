@@ -14,7 +14,7 @@ import yaml
 from dashboards import filters, generate, grafana
 from dashboards.alerts import CONTACT_POINT, RULES
 from ingest import cli
-from ingest.queries import SILENT_AFTER_S
+from ingest.event_sql import SILENT_AFTER_S
 from tests.dashboards.dash_helpers import alert_rules, dashboards
 
 ROOT = Path(__file__).resolve().parents[2]

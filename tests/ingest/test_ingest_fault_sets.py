@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from demo import synthetic
-from ingest import queries
+from ingest import event_sql, queries
 from ingest.handler import Handler
 from ingest.migrate import load_migrations
 from sevents import records
@@ -124,18 +124,18 @@ def test_events_carry_scoped_domains_beside_the_bare_numbers(ch: Any, db: str, h
 
 
 def test_the_events_view_labels_sets_by_the_query_layers_rule() -> None:
-    """The migration that last made the events view pastes the one label rule (``queries.set_label``) into it:
+    """The migration that last made the events view pastes the one label rule (``event_sql.set_label``) into it:
     they cannot drift."""
     latest = [m for m in load_migrations() if "CREATE VIEW ${db}.events_since " in m.template][-1]
     assert latest.version >= 11
-    assert queries.set_label("set_first_", "set_last_") in latest.template
+    assert event_sql.set_label("set_first_", "set_last_") in latest.template
 
 
 def test_a_filter_on_one_vm_keeps_its_sets_label(ch: Any, db: str, handler: Handler) -> None:
     """The set is found over every observer before a caller filters rows: web-1 alone is still in "web"."""
     _stored(handler)
     ch.database = db
-    sql = f"SELECT fault_set, fault_domain_label FROM {queries.scoped(queries.ONE_ID)} WHERE vm_name = 'web-1'"
+    sql = f"SELECT fault_set, fault_domain_label FROM {event_sql.scoped(event_sql.ONE_ID)} WHERE vm_name = 'web-1'"
     assert ch.query(sql, parameters={"event_id": "E-web"}).result_rows == [("web", "web / FD 1")]
 
 
@@ -149,7 +149,7 @@ def test_set_label_rule(ch: Any) -> None:
         (["alpha", "beta"], "alpha"),
         (["web-0", "web-0x"], "web"),
     ]
-    sql = f"SELECT {queries.set_label('a', 'b')} FROM (SELECT {{a:String}} AS a, {{b:String}} AS b)"
+    sql = f"SELECT {event_sql.set_label('a', 'b')} FROM (SELECT {{a:String}} AS a, {{b:String}} AS b)"
     for names, label in cases:
         found = ch.query(sql, parameters={"a": min(names), "b": max(names)}).result_rows
         assert found == [(label,)], names
@@ -201,7 +201,7 @@ def test_hit_domains_keep_each_set_apart(ch: Any, db: str, handler: Handler) -> 
     _stored(handler)
     _hit(ch, db, [name for _, affected, _ in EVENTS.values() for name in affected], 2.0)
     ch.database = db
-    groups = queries.hit_domains("began_at < {until:DateTime64(3, 'UTC')}")
+    groups = event_sql.hit_domains("began_at < {until:DateTime64(3, 'UTC')}")
     sql = (
         f"SELECT fault_set, domain_label, count() AS events, sum(kept_) AS vms, sum(impact_) AS seconds, "
         f"max(max_) AS longest FROM {groups} "

@@ -23,10 +23,10 @@ import pytest
 
 from dashboards.alerts import RULES
 from demo.fleetrun import FleetRun, start
-from ingest import queries
+from ingest import event_sql
 from simulator.state import CollectorFault
 
-SILENT_AFTER_S = queries.SILENT_AFTER_S  # the views' custom_sevents_silent_after_s default
+SILENT_AFTER_S = event_sql.SILENT_AFTER_S  # the views' custom_sevents_silent_after_s default
 MARGIN_S = 2.0  # past the threshold: the heartbeat's wire time, the query's own now64()
 REBOOT_ALERT = next(r for r in RULES if r.title == "Reboot or Redeploy scheduled")
 

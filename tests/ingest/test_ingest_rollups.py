@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import queries
+from ingest import event_sql
 from ingest.migrate import Target, load_migrations, migrate, render
 
 # Real ClickHouse, hundreds of inserts and queries per property run: the slow tier (still run in CI).
@@ -264,7 +264,7 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     for batch in (delivered[:cut], delivered[cut:]):
         if batch:
             ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
-    pairs = queries.scoped(f"SELECT event_id FROM {rollup_db}.event_rollup", f"{rollup_db}.")
+    pairs = event_sql.scoped(f"SELECT event_id FROM {rollup_db}.event_rollup", f"{rollup_db}.")
     labels = "arraySort(groupUniqArrayIf(fault_domain_label, affects_this_vm))"
     by_pairs = _rows(ch, f"SELECT event_id, {labels} FROM {pairs} GROUP BY event_id")
     assert _rows(ch, f"SELECT event_id, arraySort(fault_domain_labels) FROM {rollup_db}.events") == by_pairs

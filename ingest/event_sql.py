@@ -1,0 +1,164 @@
+"""SQL the audit catalogue (``ingest.queries``) and the dashboards share: the events of a selection read through the
+views of the migrations, the sets and domains their VMs belong to, and the figures both must agree on.
+
+Fragments, not statements: each is pasted into a query that binds its values server-side (``{name:Type}``);
+``db`` qualifies the names where the client's database is not the sevents one (Grafana). Each reads only what
+it shows: the events a selection names, through the parts of the event rollup that cover them (migration 0006).
+"""
+
+# Fragments are assembled from constants of this module and its callers only; every value is bound server-side,
+# so S608 does not apply.
+# ruff: noqa: S608
+
+from __future__ import annotations
+
+# IMDS keeps no event this long: every row of an event was written at most this many days before its last
+# activity (the same figure as the active horizon of migration 0006).
+LOOKBACK_DAYS = 30
+SILENT_AFTER_S = 300  # no heartbeat this long: silent (the views' custom_sevents_silent_after_s default)
+
+# The events first seen in [since, until): found through the parts of event_rollup that cover the window.
+WINDOW_IDS = (
+    "SELECT event_id FROM event_rollup "
+    "WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
+)
+# No rollup row of an event active in the window is older than this (``rows_after`` of ``since``).
+WINDOW_ROWS_AFTER = f"{{since:DateTime64(3, 'UTC')}} - INTERVAL {LOOKBACK_DAYS} DAY"
+ONE_ID = "SELECT {event_id:String}"
+
+
+def rollup_rows(ids: str, bound: str) -> str:
+    """The condition on ``event_rollup`` rows of the events ``ids`` selects, none written before ``bound`` (if any)."""
+    return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
+
+
+def since(
+    ids: str, view: str = "events_since", db: str = "", columns: str = "*", rows_after: str = "", platform: str = ""
+) -> str:
+    """``events_since``, ``event_vms_since`` or a narrower view of events (``event_lifecycles_since``,
+    ``event_impacts_since``: the same values for fewer columns) restricted to the events ``ids`` selects, read from
+    their first day on.
+
+    A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
+    both bounds the rollup parts read and filters the rows, so callers need not repeat ``event_id IN (ids)``.
+    ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
+    ``rows_after``: a time (SQL) before which no rollup row of those events was written (none was observed
+    before it), so that the search for their first day skips older parts; empty searches the whole history.
+    ``platform``: a condition on ``azure_scheduled_events`` whose events are shown too, those only Azure's account
+    has included (``events_since`` only: seen_by 'platform'; a lookup in a small table).
+    """
+    picked = (
+        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
+        f"WHERE {rollup_rows(ids, rows_after)}"
+    )
+    shown = "event_id IN picked.1"
+    if platform:
+        shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
+    return f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}(since_day = picked.2) WHERE {shown})"
+
+
+# Fault and update domain numbers mean something only inside one availability set or scale set, so every
+# per-domain figure groups by the set as well. A scale set is named by its VMs' instance metadata. IMDS does
+# not name an availability set, but Azure tells every VM of one the same events: the VMs (outside scale sets)
+# that observed an event are that event's set. Its label is the longest common prefix of their names without
+# trailing digits or separators ("web-0".."web-11" -> "web"); a VM observing alone (a standalone VM) is its
+# own set and keeps its name, as do members that share no prefix (the first name). Its identity is the
+# smallest vm_id among them: two sets whose labels coincide still never add up, at worst one set splits in two
+# when its first VM missed an event.
+SET_FIRST, SET_LAST, SET_KEY = "set_first_", "set_last_", "set_key_"
+
+
+def _fixed(name: str) -> str:
+    return f"toFixedString(substring({name}, 1, 64), 64)"
+
+
+def set_label(first: str, last: str) -> str:
+    """SQL for an availability set's label from the smallest and the largest name of its VMs.
+
+    Their common prefix is that of all the names. Its length is the count of leading zero bytes in the two
+    names XORed as FixedString (VM names have at most 64 characters; the string form drops trailing zeros, so
+    equal names XOR to ''): bytewise, no lambda per row. Defines the aliases set_xor_ and set_stem_.
+    """
+    common = f"least(length({first}), length({last}))"
+    leading_zeros = "toUInt64(length(set_xor_) - length(trimLeft(set_xor_, '\\0')))"
+    xor = f"toString(bitXor({_fixed(first)}, {_fixed(last)}))"
+    same = f"if(({xor} AS set_xor_) = '', {common}, least({leading_zeros}, {common}))"
+    stem = f"trim(TRAILING '0123456789-_.' FROM substring({first}, 1, {same}))"
+    return f"if({first} = {last} OR ({stem} AS set_stem_) = '', {first}, set_stem_)"
+
+
+def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
+    """SQL for the label of a domain inside its set: ``web / FD 1`` (``?`` when the VM reported none)."""
+    return f"concat({fault_set}, ' / {kind} ', ifNull(toString({number}), '?'))"
+
+
+def scoped(ids: str, db: str = "", rows_after: str = "") -> str:
+    """``event_vms_since`` of the events ``ids`` selects (like ``since``), each VM with the set its domains belong to.
+
+    Adds ``fault_set`` (label), ``fault_set_id`` (identity: group by it), ``fault_domain_label`` and
+    ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
+    the event before the caller filters rows, so picking one VM leaves its set's label unchanged. ``rows_after``
+    as for ``since``.
+    """
+    # the availability set (or standalone VM) of the event: its VMs outside scale sets (a collector without its
+    # identity yet reports no name: left out)
+    outside = "scale_set = '' AND vm_name != ''"
+    window = (
+        f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
+        f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
+        f"FROM {since(ids, 'event_vms_since', db, rows_after=rows_after)} WINDOW w AS (PARTITION BY event_id)"
+    )
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
+        f"if(scale_set != '', scale_set, {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', scale_set, {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'fault_domain')} AS fault_domain_label, "
+        f"{domain_label('fault_set', 'update_domain', 'UD')} AS update_domain_label FROM ({window}))"
+    )
+
+
+def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after: str = "") -> str:
+    """The downtime VMs measured (``impacts``), one row per (event, set, fault domain[, ``keys``]).
+
+    ``keep`` selects impact rows (a time range, filters on the VM's columns); rows of no event (unannounced) are
+    left out. Per row: ``kept_`` (VMs hit), ``vms_`` (their uniqExact state), ``impact_`` (their downtime summed:
+    each VM's is the sum of its observations) and ``max_`` (the longest VM's). Labels ``fault_set`` and
+    ``domain_label``, identity ``fault_set_id`` (group by it and ``domain_``): the set comes from the event's own
+    rollup row (its VMs outside scale sets, as ``scoped`` finds them), so the cost follows the downtime shown,
+    not the event's VMs. ``keys`` are more grouping expressions over impact rows (``expr AS alias``).
+    ``rows_after`` bounds the search for the events' rollup rows as for ``since``.
+    """
+    extra = "".join(f", {key}" for key in keys)
+    aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
+    hits = f"{db}impacts FINAL WHERE event_id != '' AND {keep}"
+    hit_events = f"SELECT event_id FROM {db}impacts WHERE event_id != '' AND {keep}"  # ids: no need to collapse
+    per_vm = (
+        f"SELECT event_id, vm_id, any(scale_set) AS vm_set_, any(fault_domain) AS domain_{extra}, "
+        f"sum(duration_s) AS vm_impact_ FROM {hits} GROUP BY event_id, vm_id{aliases}"
+    )
+    per_domain = (
+        f"SELECT event_id, vm_set_ AS scale_set, domain_{aliases}, count() AS kept_, uniqExactState(vm_id) AS vms_, "
+        f"sum(vm_impact_) AS impact_, max(vm_impact_) AS max_ FROM ({per_vm}) "
+        f"GROUP BY event_id, scale_set, domain_{aliases}"
+    )
+    sets = (
+        f"SELECT event_id, minIfMerge(set_first) AS {SET_FIRST}, maxIfMerge(set_last) AS {SET_LAST}, "
+        f"minIfMerge(set_key) AS {SET_KEY} FROM {db}event_rollup "
+        f"WHERE {rollup_rows(hit_events, rows_after)} GROUP BY event_id"
+    )
+    return (
+        f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
+        f"if(scale_set != '', toString(scale_set), {set_label(SET_FIRST, SET_LAST)}) AS fault_set, "
+        f"if(scale_set != '', toString(scale_set), {SET_KEY}) AS fault_set_id, "
+        f"{domain_label('fault_set', 'domain_')} AS domain_label "
+        f"FROM ({per_domain}) AS d LEFT JOIN ({sets}) AS s USING (event_id))"
+    )
+
+
+def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
+    """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
+
+    For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
+    is ``if(scale_set != '', scale_set, availability_set)``. The events view computes it (migration 0009).
+    """
+    return since(ids, "events_since", db, "event_id, availability_set", rows_after)
