@@ -5,63 +5,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from ingest.feed import FeedHandler
 from ingest.migrate import migrate
 from ingest.settings import IngestSettings
+from ingest.source import Source
+from ingest.wiring import eventhubs_source, read_secret
 from sevents.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 
-def feed_source(settings: IngestSettings, env: Mapping[str, str] | None = None) -> Any:
+def feed_source(settings: IngestSettings) -> Source:
     """An ``EventHubsSource`` on the feed's hub (``feed_eventhub``), its own consumer group and checkpoints, with the
     namespace and credentials of the collectors' hub unless the feed has its own connection string."""
-    from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
-
-    from ingest.source_eventhubs import EventHubsSource
-
-    env = os.environ if env is None else env
-    checkpoint_cs = settings.checkpoint_connection_string or _read(settings.checkpoint_connection_string_file)
-    if checkpoint_cs:
-        store = BlobCheckpointStore.from_connection_string(checkpoint_cs, settings.checkpoint_container)
-    else:
-        from azure.identity import DefaultAzureCredential
-
-        store = BlobCheckpointStore(
-            settings.checkpoint_blob_url, settings.checkpoint_container, credential=DefaultAzureCredential()
-        )
-    options: dict[str, Any] = {
-        "max_batch_size": settings.batch_max_records,
-        "max_wait_time": settings.batch_max_wait,
-        "load_balancing_interval": settings.eventhubs_load_balancing_interval,
-        "ownership_expiry": settings.eventhubs_ownership_expiry,
-        "owner_id": settings.eventhubs_owner_id,
-    }
-    hub_cs = (
-        settings.feed_connection_string
-        or _read(settings.feed_connection_string_file)
-        or settings.eventhubs_connection_string
-        or _read(settings.eventhubs_connection_string_file)
-    )
-    if hub_cs:
-        return EventHubsSource.from_connection_string(
-            hub_cs,
-            consumer_group=settings.feed_consumer_group,
-            eventhub_name=settings.feed_eventhub,
-            checkpoint_store=store,
-            **options,
-        )
-    return EventHubsSource.from_namespace(
-        settings.eventhubs_namespace,
-        settings.feed_eventhub,
+    return eventhubs_source(
+        settings,
+        hub=settings.feed_eventhub,
         consumer_group=settings.feed_consumer_group,
-        checkpoint_store=store,
-        **options,
+        connection_string=settings.feed_connection_string
+        or read_secret(settings.feed_connection_string_file)
+        or settings.eventhubs_connection_string
+        or read_secret(settings.eventhubs_connection_string_file),
     )
 
 
@@ -115,7 +83,3 @@ def beside(settings: IngestSettings, client: Any, stop: threading.Event) -> Iter
         own_stop.set()
         thread.join(60)
         log.info("feed stopped", extra={"stored": handler.stored, "repeated": handler.repeated})
-
-
-def _read(path: Any) -> str:
-    return "" if path is None else str(path.read_text(encoding="utf-8")).strip()

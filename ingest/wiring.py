@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -53,10 +52,16 @@ def open_client(settings: IngestSettings, stop: threading.Event | None = None, *
     )
 
 
-def make_source(settings: IngestSettings, *, until_idle: bool = False, env: Mapping[str, str] | None = None) -> Source:
+def make_source(settings: IngestSettings, *, until_idle: bool = False) -> Source:
     """The configured source: the local outboxes, or Event Hubs (``ingest.source_eventhubs``)."""
     if settings.source == "eventhubs":
-        return _eventhubs_source(settings, os.environ if env is None else env)
+        return eventhubs_source(
+            settings,
+            hub=settings.eventhubs_name,
+            consumer_group=settings.eventhubs_consumer_group,
+            connection_string=settings.eventhubs_connection_string
+            or read_secret(settings.eventhubs_connection_string_file),
+        )
     return OutboxSource(
         settings.outbox_specs(),
         policy=settings.policy,
@@ -128,13 +133,15 @@ def _outbox_backlog(source: OutboxSource) -> Callable[[int], int]:
     return backlog
 
 
-def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Source:
-    """Event Hubs with blob checkpoints; credentials from env or files, managed identity otherwise."""
+def eventhubs_source(settings: IngestSettings, *, hub: str, consumer_group: str, connection_string: str) -> Source:
+    """An Event Hubs source on ``hub`` with the settings' blob checkpoints, batching and balancing: over
+    ``connection_string`` (SAS) when there is one, else with managed identity on ``eventhubs_namespace``. The
+    collectors' hub (``make_source``) and the central feed's (``ingest.feed_wiring``) are both read this way."""
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 
     from ingest.source_eventhubs import EventHubsSource
 
-    checkpoint_cs = settings.checkpoint_connection_string or _read(settings.checkpoint_connection_string_file)
+    checkpoint_cs = settings.checkpoint_connection_string or read_secret(settings.checkpoint_connection_string_file)
     if checkpoint_cs:
         store = BlobCheckpointStore.from_connection_string(checkpoint_cs, settings.checkpoint_container)
     else:
@@ -150,23 +157,19 @@ def _eventhubs_source(settings: IngestSettings, env: Mapping[str, str]) -> Sourc
         "ownership_expiry": settings.eventhubs_ownership_expiry,
         "owner_id": settings.eventhubs_owner_id,
     }
-    hub_cs = settings.eventhubs_connection_string or _read(settings.eventhubs_connection_string_file)
-    if hub_cs:
+    if connection_string:
         return EventHubsSource.from_connection_string(
-            hub_cs,
-            consumer_group=settings.eventhubs_consumer_group,
-            eventhub_name=settings.eventhubs_name or None,
+            connection_string,
+            consumer_group=consumer_group,
+            eventhub_name=hub or None,
             checkpoint_store=store,
             **options,
         )
     return EventHubsSource.from_namespace(
-        settings.eventhubs_namespace,
-        settings.eventhubs_name,
-        consumer_group=settings.eventhubs_consumer_group,
-        checkpoint_store=store,
-        **options,
+        settings.eventhubs_namespace, hub, consumer_group=consumer_group, checkpoint_store=store, **options
     )
 
 
-def _read(path: Any) -> str:
+def read_secret(path: Any) -> str:
+    """The text of a secret's file (None: no file, "")."""
     return "" if path is None else str(path.read_text(encoding="utf-8")).strip()
