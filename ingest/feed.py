@@ -85,15 +85,8 @@ class FeedStore:
             if key not in latest or at >= latest[key][0]:
                 latest[key] = (at, event.row)
             earliest[key] = min(at, earliest.get(key, at))
-        stored = self._stored(list(latest))
-        out = []
-        for key, (at, row) in latest.items():
-            digest = rr.content_hash(row, table.columns)
-            before = stored.get(key)
-            if before is not None and before[0] == digest:
-                continue
-            first_seen = min(before[1], earliest[key]) if before is not None else earliest[key]
-            out.append([*(row[c] for c in table.columns), digest, first_seen, at])
+        candidates = [(key, row, earliest[key], at) for key, (at, row) in latest.items()]
+        out = rr.changed_rows(table, candidates, self._stored(list(latest)))
         if out:
             self.client.insert(
                 f"{self.database}.{table.name}",

@@ -178,16 +178,9 @@ class Store:
     def write(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
         """Store the new or changed ``rows`` of one page; returns how many were inserted."""
         latest = {table.key_of(row): row for row in rows}  # a key twice in one page: its last row
-        stored = self.stored(table, list(latest))
         now = self.now()
-        out = []
-        for key, row in latest.items():
-            digest = rr.content_hash(row, table.columns)
-            before = stored.get(key)
-            if before is not None and before[0] == digest:
-                continue
-            first_seen = before[1] if before is not None else now
-            out.append([*(row[c] for c in table.columns), digest, first_seen, now])
+        candidates = [(key, row, now, now) for key, row in latest.items()]
+        out = rr.changed_rows(table, candidates, self.stored(table, list(latest)))
         if out:
             self.client.insert(
                 f"{self.database}.{table.name}",

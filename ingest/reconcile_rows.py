@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -148,6 +148,25 @@ def content_hash(row: Mapping[str, Any], columns: Sequence[str]) -> int:
     values = [_canonical(row[c]) for c in columns]
     digest = hashlib.sha256(json.dumps(values, separators=(",", ":"), sort_keys=True).encode()).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+def changed_rows(
+    table: Table,
+    candidates: Iterable[tuple[tuple[Any, ...], Mapping[str, Any], datetime, datetime]],
+    stored: Mapping[tuple[Any, ...], tuple[int, datetime]],
+) -> list[list[Any]]:
+    """The rows to insert of ``candidates`` ((key, row, seen_at, version) each), in ``table``'s columns and then
+    ``BOOKKEEPING``: those new, or whose content differs from the version ``stored`` (key -> (row_hash,
+    first_seen_at)); a changed row keeps the earlier of its stored first_seen_at and ``seen_at``."""
+    out = []
+    for key, row, seen_at, version in candidates:
+        digest = content_hash(row, table.columns)
+        before = stored.get(key)
+        if before is not None and before[0] == digest:
+            continue
+        first_seen = min(before[1], seen_at) if before is not None else seen_at
+        out.append([*(row[c] for c in table.columns), digest, first_seen, version])
+    return out
 
 
 def _canonical(value: Any) -> Any:
