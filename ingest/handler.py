@@ -16,7 +16,7 @@ otherwise it is dead-lettered (``not_its_partition_key``, ``future``). Old recor
 legitimate. A trusted local source (the outbox) gives no provenance and is not checked.
 
 Whatever the source, the first record of a key stays: before the insert, the batch's keys are looked up
-(``Writer.stored_versions``, one read per table by key), and a record whose key is stored, or came earlier in
+(``Writer.stored_versions``, one read for all its tables), and a record whose key is stored, or came earlier in
 the batch, with other content is dead-lettered as ``conflict`` instead of replacing it
 (``ReplacingMergeTree(ingested_at)`` would keep the later). A redelivery of the same record is stored again as
 before (idempotent).
@@ -390,10 +390,7 @@ class Handler:
         """Dead-letter (``conflict``) each record whose key is stored, or came earlier in the batch, with other
         content; the first stays. All tables are looked up before any row moves, so a failed read (StoreError,
         retried) leaves the batch as it was."""
-        found = {
-            table: self.writer.stored_versions(table, batch) for table, origins in batch.origins.items() if origins
-        }
-        for table, stored in found.items():
+        for table, stored in self.writer.stored_versions(batch).items():
             if not stored and not batch.repeats(table, KEY_OF[table]):
                 continue  # the common case: no key stored, none twice in the batch
             keys = [str(k) for k in batch.values(table, KEY_OF[table])]

@@ -92,6 +92,9 @@ _TIMES: Final = {
 _NARROW: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
     t.table: (t.lookup, t.lookup_time) for t in contract.RECORD_TYPES
 }
+# The column a look-up reads first (PREWHERE) where its table is narrowed by it: a batch's events name few rows
+# (transitions keep a bloom filter of them), while its VMs' ranges cover most granules of the table.
+_FIRST: Final = "event_id"
 # Heartbeats last: alerts read the others, and a heartbeat's insert need not delay them.
 _INSERT_ORDER: Final = sorted((t.table for t in contract.RECORD_TYPES), key=lambda table: table == "heartbeats")
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -171,39 +174,60 @@ class Writer:
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
         return dropped
 
-    def stored_versions(self, table: str, batch: Batch) -> dict[str, list[tuple[Any, ...]]]:
-        """Key -> every stored version (``COMPARED`` fields, ``comparable``) of the keys of ``table``'s rows of
-        ``batch`` that are stored.
+    def stored_versions(self, batch: Batch) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
+        """Table -> key -> every stored version (``COMPARED`` fields, ``comparable``) of the keys of ``batch`` that
+        are stored; a table with none stored maps to {}.
 
-        Two reads, the second rare. The first lists the stored keys in the batch's ranges of the sorting key
-        (its VMs, and its events or times: ``_NARROW``) without sending the keys (binding ten thousand keys
-        costs more than the read); a batch of new records finds none of its own there. Only keys found
-        are read in full. Raises StoreError if ClickHouse does not answer. Identifiers are our own
-        contract's names, never input; values are bound.
+        One read lists, for every table of the batch at once (``UNION ALL``: one round trip, however many record
+        types the batch holds), the stored keys in the batch's ranges of the sorting key (its VMs, and its events
+        or times: ``_NARROW``), without sending the keys (binding ten thousand keys costs more than the read); a
+        batch of new records finds none of its own there. The event column, where a table is narrowed by one, is
+        read first (``PREWHERE``): a batch's events name few rows, while its VMs' ranges cover most granules of
+        the table, so the other columns are read only for the rows of its events. Only keys found are read in
+        full, by a second read of their table. Raises StoreError if ClickHouse does not answer. Identifiers are
+        our own contract's names, never input; values are bound.
         """
-        if not batch.origins[table]:
+        tables = [table for table, origins in batch.origins.items() if origins]
+        if not tables:
             return {}
-        key_column = KEY_OF[table]
-        where, parameters = self._narrow(table, batch)
+        versions: dict[str, dict[str, list[tuple[Any, ...]]]] = {table: {} for table in tables}
+        selects: list[str] = []
+        parameters: dict[str, Any] = {}
+        narrowed: dict[str, tuple[list[str], list[str], dict[str, Any]]] = {}
+        for place, table in enumerate(tables):
+            first, rest, bound = self._narrow(table, batch, prefix=f"t{place}_")
+            narrowed[table] = (first, rest, bound)
+            parameters.update(bound)
+            selects.append(
+                f"SELECT DISTINCT {place} AS place, {KEY_OF[table]} AS stored_key FROM {self.database}.{table} "  # noqa: S608 -- our names; values bound
+                f"{_clauses(first, rest)}"
+            )
         try:
-            listed = self.client.query(
-                f"SELECT DISTINCT {key_column} FROM {self.database}.{table} WHERE {where}",  # noqa: S608 -- our names; values bound
-                parameters=parameters,
-            ).result_rows
+            listed = self.client.query(" UNION ALL ".join(selects), parameters=parameters).result_rows
             if not listed:  # the common case: nothing stored in the batch's ranges
-                return {}
-            found = {str(row[0]) for row in listed}.intersection(map(str, batch.values(table, key_column)))
-            if not found:
-                return {}
-            names, times = COMPARED[table], _TIMES[table]
-            select = ", ".join(f"toUnixTimestamp64Milli({n})" if n in times else n for n in names)
-            rows = self.client.query(
-                f"SELECT {select} FROM {self.database}.{table} "  # noqa: S608 -- our names; values bound
-                f"WHERE {where} AND {key_column} IN {{keys:Array(String)}}",
-                parameters={**parameters, "keys": sorted(found)},
-            ).result_rows
+                return versions
+            found: dict[str, set[str]] = {}
+            for place, key in listed:
+                found.setdefault(tables[place], set()).add(str(key))
+            for table, keys in found.items():
+                mine = keys.intersection(map(str, batch.values(table, KEY_OF[table])))
+                if mine:
+                    versions[table] = self._versions(table, mine, *narrowed[table])
         except CLIENT_ERRORS as error:
-            raise StoreError(f"cannot look the batch's keys up in {table}: {_short(error)}") from error
+            raise StoreError(f"cannot look the batch's keys up: {_short(error)}") from error
+        return versions
+
+    def _versions(
+        self, table: str, keys: set[str], first: list[str], rest: list[str], bound: dict[str, Any]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """Key -> every stored version of ``keys`` (stored keys of ``table``, in the ranges ``_narrow`` gave)."""
+        key_column, names, times = KEY_OF[table], COMPARED[table], _TIMES[table]
+        select = ", ".join(f"toUnixTimestamp64Milli({n})" if n in times else n for n in names)
+        rows = self.client.query(
+            f"SELECT {select} FROM {self.database}.{table} "  # noqa: S608 -- our names; values bound
+            f"{_clauses(first, [*rest, f'{key_column} IN {{keys:Array(String)}}'])}",
+            parameters={**bound, "keys": sorted(keys)},
+        ).result_rows
         at = names.index(key_column)
         versions: dict[str, list[tuple[Any, ...]]] = {}
         for row in rows:
@@ -211,21 +235,24 @@ class Writer:
         return versions
 
     @staticmethod
-    def _narrow(table: str, batch: Batch) -> tuple[str, dict[str, Any]]:
-        """The WHERE clause (and its parameters) of ``table``'s rows in the batch's ranges of the sorting key."""
+    def _narrow(table: str, batch: Batch, *, prefix: str) -> tuple[list[str], list[str], dict[str, Any]]:
+        """The conditions of ``table``'s rows in the batch's ranges of the sorting key: those read first (the
+        event column, ``_FIRST``), the others, and their parameters (named with ``prefix``)."""
         columns, span = _NARROW[table]
-        where, parameters = [], {}
+        first: list[str] = []
+        rest: list[str] = []
+        parameters: dict[str, Any] = {}
         for name in columns:
-            where.append(f"{name} IN {{{name}:Array(String)}}")
-            parameters[name] = [str(v) for v in batch.distinct(table, name)]
+            (first if name == _FIRST else rest).append(f"{name} IN {{{prefix}{name}:Array(String)}}")
+            parameters[f"{prefix}{name}"] = [str(v) for v in batch.distinct(table, name)]
         low, high = (batch.earliest(table, span), batch.latest(table, span)) if span else (None, None)
         if span and low is not None and high is not None:
-            where.append(
-                f"{span} BETWEEN fromUnixTimestamp64Milli({{low:Int64}}, 'UTC') "
-                f"AND fromUnixTimestamp64Milli({{high:Int64}}, 'UTC')"
+            rest.append(
+                f"{span} BETWEEN fromUnixTimestamp64Milli({{{prefix}low:Int64}}, 'UTC') "
+                f"AND fromUnixTimestamp64Milli({{{prefix}high:Int64}}, 'UTC')"
             )
-            parameters.update(low=comparable(low), high=comparable(high))
-        return " AND ".join(where), parameters
+            parameters.update({f"{prefix}low": comparable(low), f"{prefix}high": comparable(high)})
+        return first, rest, parameters
 
     def _insert_table(self, table: str, batch: Batch, verify: bool) -> int:
         """A record table's rows, as one Arrow table (the batch decoder's columns, then the other rows), in
@@ -440,6 +467,12 @@ def ttl_of(engine_full: str) -> timedelta | None:
         return None
     unit, count = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
     return timedelta(seconds=int(count) * _UNIT_S[unit.lower()])
+
+
+def _clauses(first: list[str], rest: list[str]) -> str:
+    """The PREWHERE (conditions read first) and WHERE of a look-up."""
+    clauses = [f"{word} {' AND '.join(conds)}" for word, conds in (("PREWHERE", first), ("WHERE", rest)) if conds]
+    return " ".join(clauses)
 
 
 def _vms(rows: pa.Table) -> list[str]:
