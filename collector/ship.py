@@ -1,6 +1,7 @@
 """The sink edge: move outbox rows to a destination, removing them only after it durably accepted them.
 
-Theory of operation. ``Shipper.run(stop)`` loops ``pending -> sink.send -> remove``. A row leaves the outbox
+Theory of operation. ``Shipper.run(stop)`` first lets a sink that can (``Connects``) open its connection, then
+loops ``pending -> sink.send -> remove``, woken by each commit (``wake``). A row leaves the outbox
 only after ``send`` returned, so a crash at any point ships a row again at worst (the wire carries a
 deterministic record_id; downstream deduplicates). ``SinkError`` is retried with jittered backoff, waiting
 with ``stop.wait`` so shutdown interrupts it. Whether to ship now or let a batch fill is ``ship_now``, a pure
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 
 from collector.outbox import Outbox, OutboxRow
-from collector.sink import Sink, SinkError
+from collector.sink import Connects, Sink, SinkError
 from sevents.records import record_id_of
 from sevents.retry import Backoff, RetryInterrupted, retry
 from sevents.tracing import record_links, tracing
@@ -92,8 +93,11 @@ class Shipper:
 
     def run(self, stop: threading.Event) -> None:
         """Ship until ``stop`` is set (then return; call ``shutdown`` to drain)."""
+        if isinstance(self._sink, Connects):
+            self._sink.connect()  # the link open before the first record is committed, not by its send
         first_seen: float | None = None
         while not stop.is_set():
+            self._wake.clear()  # before reading: a commit after the read sets it again, and the wait sees it
             rows = self._outbox.pending(self._batch)
             now = self._monotonic()
             if rows and first_seen is None:
@@ -101,7 +105,6 @@ class Shipper:
             waited = 0.0 if first_seen is None else now - first_seen
             if not ship_now(len(rows), waited, batch=self._batch, max_wait_s=self._max_wait_s, draining=False):
                 self._wake.wait(self._idle_s if not rows else max(0.0, self._max_wait_s - waited))
-                self._wake.clear()
                 continue
             try:
                 retry(functools.partial(self._send, rows), backoff=self._backoff, stop=stop, retryable=_sink_refused)

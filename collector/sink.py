@@ -7,7 +7,7 @@ never each other.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from collector.outbox import OutboxRow
 
@@ -24,3 +24,11 @@ class Sink(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class Connects(Protocol):
+    """A sink that can open its connection ahead of the first send (the shipper asks when it starts)."""
+
+    def connect(self) -> None:
+        """Open the connection now; best effort, never raises (the next send reports a failure)."""
