@@ -39,20 +39,26 @@ def timed(client: Any, database: str, truth: list[dict[str, Any]]) -> list[tuple
     rows = client.query(SQL.format(db=database)).result_rows
     for event_id, vm_name, kind, status, ingested_at, transition_id, observed_at in rows:
         t = moments.get((event_id, vm_name))
-        if t is None:
-            continue
-        if kind == "appeared":
-            true_at = t["started_at"] if status == "Started" and t["not_before"] is None else t["first_visible_at"]
-        elif kind == "status_changed" and status == "Started":
-            true_at = t["started_at"]
-        elif kind == "disappeared":
-            true_at = t["ended_at"]
-        else:
-            continue
+        true_at = None if t is None else true_moment(t, kind, status)
         if true_at is None:
             continue
         out.append((str(transition_id), true_at, _utc(observed_at), _utc(ingested_at)))
     return out
+
+
+def true_moment(truth: dict[str, Any], kind: str, status: str) -> datetime | None:
+    """The simulator's true moment of the change a transition (``kind``, ``status``) of ``truth``'s (event, VM)
+    records: visible, started or gone; None for a transition the ground truth has no moment for."""
+    if kind == "appeared":
+        started = status == "Started" and truth["not_before"] is None
+        moment: datetime | None = truth["started_at"] if started else truth["first_visible_at"]
+    elif kind == "status_changed" and status == "Started":
+        moment = truth["started_at"]
+    elif kind == "disappeared":
+        moment = truth["ended_at"]
+    else:
+        moment = None
+    return moment
 
 
 def latencies(client: Any, database: str, truth: list[dict[str, Any]]) -> list[float]:

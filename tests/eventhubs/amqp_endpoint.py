@@ -4,8 +4,9 @@ Theory of operation: one background thread owns a listening socket on 127.0.0.1 
 connection. Each connection is a qpid-proton engine (Transport + Connection) driven by this loop: bytes
 read from the socket are pushed into the transport, the engine's events go to the ``Broker`` (protocol
 logic, amqp_broker.py), and the transport's output goes through ``FrameRewriter`` (amqp_frames.py) onto the
-socket. The SDK talks to it when its connection string says ``UseDevelopmentEmulator=true``: plain TCP,
-SASL ANONYMOUS, the port taken from ``Endpoint=sb://127.0.0.1:PORT``.
+socket as fast as the peer reads it (non-blocking: with a blocking write, one peer that stops reading, as a
+worker busy inserting may, could hold up every connection). The SDK talks to it when its connection string says
+``UseDevelopmentEmulator=true``: plain TCP, SASL ANONYMOUS, the port taken from ``Endpoint=sb://127.0.0.1:PORT``.
 
 Events live in a ``HubStore`` owned by the endpoint object, so ``stop()`` (every socket closed at once, as
 when the service becomes unreachable) and a later ``start()`` bring it back on the same port with the same
@@ -38,6 +39,7 @@ class _Wire:
     connection: Any
     rewriter: FrameRewriter = field(default_factory=FrameRewriter)
     inbound: bytes = b""
+    outbound: bytes = b""  # written as the socket takes it: a peer slow to read never blocks the loop
 
 
 class EventHubsEndpoint:
@@ -106,12 +108,12 @@ class EventHubsEndpoint:
         selector.register(listener, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                for key, _ in selector.select(_TICK):
+                for key, events in selector.select(_TICK):
                     if key.fileobj is listener:
                         wire = self._accept(listener, collector)
                         wires[wire.sock] = wire
                         selector.register(wire.sock, selectors.EVENT_READ)
-                    else:
+                    elif events & selectors.EVENT_READ:
                         self._read(wires[key.fileobj])  # type: ignore[index]
                 self._dispatch(collector)
                 self.broker.tick()
@@ -120,6 +122,10 @@ class EventHubsEndpoint:
                     if not self._write(wire):
                         selector.unregister(wire.sock)
                         self._drop(wires.pop(wire.sock))
+                        continue
+                    wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if wire.outbound else 0)
+                    if selector.get_key(wire.sock).events != wanted:
+                        selector.modify(wire.sock, wanted)
                 self._dispatch(collector)
         finally:
             for wire in wires.values():
@@ -130,6 +136,7 @@ class EventHubsEndpoint:
     def _accept(self, listener: socket.socket, collector: Any) -> _Wire:
         sock, _ = listener.accept()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)  # one thread serves every connection: no read or write may wait
         transport = Transport(Transport.SERVER)
         transport.sasl().allowed_mechs("ANONYMOUS")
         # The SDK reads Open's idle time-out field unconditionally; proton only sends it when set.
@@ -143,6 +150,8 @@ class EventHubsEndpoint:
     def _read(self, wire: _Wire) -> None:
         try:
             data = wire.sock.recv(1 << 16)
+        except BlockingIOError:
+            return
         except OSError:
             data = b""
         if not data:
@@ -166,11 +175,16 @@ class EventHubsEndpoint:
         if pending > 0:
             out = wire.transport.peek(pending)
             wire.transport.pop(pending)
+            wire.outbound += wire.rewriter.feed(bytes(out))
+        if wire.outbound:
             try:
-                wire.sock.sendall(wire.rewriter.feed(bytes(out)))
+                sent = wire.sock.send(wire.outbound)
+            except BlockingIOError:
+                sent = 0
             except OSError:
                 return False
-        return not (pending < 0 and wire.transport.capacity() < 0)
+            wire.outbound = wire.outbound[sent:]
+        return not (pending < 0 and wire.transport.capacity() < 0 and not wire.outbound)
 
     def _dispatch(self, collector: Any) -> None:
         while (event := collector.peek()) is not None:

@@ -33,13 +33,15 @@ class RemoteDeliver:
     same time, as they do into a ClickHouse server (``ingest.clickhouse.connect`` uses no session for that).
     """
 
-    def __init__(self, port: int, key: bytes) -> None:
-        self.port, self.key = port, key
+    def __init__(self, port: int, key: bytes, owner_id: str = "") -> None:
+        self.port, self.key, self.owner_id = port, key, owner_id
         self.lock = threading.Lock()  # guards ``idle``
         self.idle: list[Connection] = [self._connect()]
 
     def _connect(self) -> Connection:
-        return Client(("127.0.0.1", self.port), authkey=self.key)
+        connection = Client(("127.0.0.1", self.port), authkey=self.key)
+        connection.send((self.owner_id, os.getpid()))  # which worker process stores: see StoreService
+        return connection
 
     def __call__(self, batch: Sequence[Delivery]) -> None:
         called_at = time.time()  # the receiver handed the batch over (the benchmark's stage timings)
@@ -66,11 +68,21 @@ class BatchTiming:
     stored_at: float  # deliver returned (stored)
 
 
-class StoreService:
-    """Accepts workers' batches on 127.0.0.1 and hands each to ``deliver``; answers "ok" only once it returned."""
+Deliver = Callable[[Sequence[Delivery]], None]
 
-    def __init__(self, deliver: Callable[[Sequence[Delivery]], None], key: bytes) -> None:
+
+class StoreService:
+    """Accepts workers' batches on 127.0.0.1 and hands each to ``deliver``; answers "ok" only once it returned.
+
+    ``deliver_for(owner_id, pid)``, when given, chooses the ``deliver`` of each worker process (a worker stores
+    through an ingest handler of its own, whose state, such as its verify window, starts with the process).
+    """
+
+    def __init__(
+        self, deliver: Deliver, key: bytes, *, deliver_for: Callable[[str, int], Deliver] | None = None
+    ) -> None:
         self.deliver = deliver
+        self.deliver_for = deliver_for
         self.timings: list[BatchTiming] = []  # stored batches, in the order they were stored
         self.listener = Listener(("127.0.0.1", 0), authkey=key)
         self.port = int(self.listener.address[1])
@@ -86,11 +98,13 @@ class StoreService:
 
     def _serve(self, connection: Connection) -> None:
         try:
+            owner_id, pid = connection.recv()
+            deliver = self.deliver_for(owner_id, pid) if self.deliver_for is not None else self.deliver
             while True:
                 called_at, sent_at, raw = connection.recv()
                 arrived_at = time.time()
                 try:
-                    self.deliver([Delivery(payload, position, properties) for payload, position, properties in raw])
+                    deliver([Delivery(payload, position, properties) for payload, position, properties in raw])
                     positions = tuple(position for _, position, _ in raw)
                     self.timings.append(BatchTiming(positions, called_at, sent_at, arrived_at, time.time()))
                     connection.send("ok")
@@ -116,7 +130,7 @@ def main(argv: list[str]) -> int:
         ownership_expiry=expiry,
         max_wait_time=0.1,
     )
-    deliver = RemoteDeliver(port, os.environ["SEVENTS_TEST_STORE_KEY"].encode())
+    deliver = RemoteDeliver(port, os.environ["SEVENTS_TEST_STORE_KEY"].encode(), owner_id)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     source.run(deliver, stop)
