@@ -5,10 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -23,6 +21,7 @@ from collector.wiring import build_agent
 from sevents import records
 from sevents.telemetry import make_meter_provider
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
+from tests.helpers import metric_points, wait_for
 
 
 class ScriptedSink:
@@ -41,25 +40,6 @@ class ScriptedSink:
 
     def close(self) -> None:
         self.closed = True
-
-
-def metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
-    data = reader.get_metrics_data()
-    found: dict[str, list[Any]] = {}
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                found[metric.name] = list(metric.data.data_points)
-    return found
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Wait for ``condition`` with a deadline generous enough for a loaded 2-core CI machine."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def kinds_committed(agent: Collector, sink: ScriptedSink) -> list[str]:
@@ -214,10 +194,10 @@ def test_run_ships_retries_and_drains_on_stop(imds: FakeImds, settings: Collecto
     imds.set_document(1, [event("e1")])
     worker.start()
     try:
-        wait_until(lambda: any(r.record_type == "transition" for r in sink.received))
+        wait_for(lambda: any(r.record_type == "transition" for r in sink.received))
         imds.set_document(2, [event("e1", status="Started")])
         # Stop once the change is committed (shipped or not): the drain on stop must ship what is left.
-        wait_until(lambda: "status_changed" in kinds_committed(agent, sink))
+        wait_for(lambda: "status_changed" in kinds_committed(agent, sink))
     finally:
         stop.set()
         worker.join(timeout=15)

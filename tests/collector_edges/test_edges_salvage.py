@@ -12,7 +12,7 @@ from collector.wiring import build_agent
 from sevents.records import KIND_APPEARED, KIND_UPDATED
 from sevents.telemetry import make_meter_provider
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
-from tests.collector_edges.test_edges_agent import metric_points
+from tests.helpers import metric_points
 
 
 def _body(incarnation: int, events: list[object]) -> bytes:

@@ -32,7 +32,7 @@ from sevents.retry import Backoff
 from simulator import SimServer, load_scenario
 from tests.eventhubs.amqp_codec import split_sections
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually
 
 FAST_BALANCE = {"load_balancing_interval": 0.5, "ownership_expiry": 4.0, "max_wait_time": 0.2}
 
@@ -177,7 +177,7 @@ def start_fleet(
     try:
         for _ in range(workers):
             fleet.add_worker()
-        if workers and not wait_for(lambda: fleet.balanced(workers), 60):
+        if workers and not eventually(lambda: fleet.balanced(workers), 60):
             raise RuntimeError("the ingest workers did not settle on a share of the partitions")
         sim.start()
         base = CollectorSettings(sink="eventhubs")

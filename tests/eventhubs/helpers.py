@@ -1,23 +1,13 @@
-"""Test helpers: read what a hub holds through the real SDK, and wait for conditions without sleeping blindly."""
+"""Event Hubs test helpers: read what a hub holds through the real SDK (waiting: tests/helpers.py)."""
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from azure.eventhub import EventData, EventHubConsumerClient
 
-
-def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll ``condition`` until it holds or ``timeout`` passes; whether it held."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
+from tests.helpers import eventually
 
 
 def read_events(
@@ -35,7 +25,7 @@ def read_events(
     options = {"starting_position": "-1", "max_wait_time": 0.2, **receive}
     thread = threading.Thread(target=client.receive_batch, kwargs={"on_event_batch": on_batch, **options}, daemon=True)
     thread.start()
-    wait_for(lambda: len(got) >= count, timeout)
+    eventually(lambda: len(got) >= count, timeout)
     client.close()
     thread.join(10)
     with lock:

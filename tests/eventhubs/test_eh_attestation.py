@@ -44,7 +44,7 @@ from simulator.loader import load_scenario
 from simulator.server import SimServer
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import FAST_BALANCE
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, outbox_rows, query_rows
 
 AUTHORITY = TestAuthority.generate()  # the ingest's configured root; the simulator signs with it
 
@@ -94,7 +94,7 @@ class Vm:
     def ship(self, endpoint: EventHubsEndpoint, sent: list[dict[str, Any]]) -> None:
         """Through the collector's own sink: the attestation first, then each record signed."""
         sink = EventHubsSink.from_connection_string(endpoint.connection_string(), attester=self.attester)
-        sink.send([OutboxRow(i + 1, r["record_type"], encode(r)) for i, r in enumerate(sent)])
+        sink.send(outbox_rows(sent))
         sink.close()
 
 
@@ -108,17 +108,13 @@ def _send_raw(endpoint: EventHubsEndpoint, key: str, payload: bytes, properties:
         producer.send_batch(batch)
 
 
-def _rows(ch: Any, sql: str) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in ch.query(sql).result_rows]
-
-
 def _dead_letters(ch: Any, db: str) -> dict[bytes, str]:
-    found = _rows(ch, f"SELECT payload, error FROM {db}.dead_letters")
+    found = query_rows(ch, f"SELECT payload, error FROM {db}.dead_letters")
     return {(p if isinstance(p, bytes) else str(p).encode()): str(e) for p, e in found}
 
 
 def _heartbeats(ch: Any, db: str, vm_id: str) -> int:
-    return int(_rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL WHERE vm_id = '{vm_id}'")[0][0])
+    return int(query_rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL WHERE vm_id = '{vm_id}'")[0][0])
 
 
 def test_genuine_records_are_stored_and_unsigned_or_foreign_signed_ones_dead_lettered(
@@ -131,8 +127,8 @@ def test_genuine_records_are_stored_and_unsigned_or_foreign_signed_ones_dead_let
     a, b, c = (Vm(sim, i, tmp_path / name) for i, name in enumerate("abc"))
     a.ship(endpoint, [a.heartbeat(now - timedelta(seconds=30))])
     b.ship(endpoint, [b.heartbeat(now - timedelta(seconds=30))])
-    assert wait_for(lambda: ingest.stored == 2 and ingest.pinned == 2, 30), (ingest.stored, ingest.pinned)
-    pinned = _rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys ORDER BY vm_id")
+    assert eventually(lambda: ingest.stored == 2 and ingest.pinned == 2, 30), (ingest.stored, ingest.pinned)
+    pinned = query_rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys ORDER BY vm_id")
     assert sorted(pinned) == sorted([(a.vm_id, a.signer.key_id, False), (b.vm_id, b.signer.key_id, False)])
 
     unsigned = encode(a.heartbeat(now, seq=2))
@@ -148,7 +144,7 @@ def test_genuine_records_are_stored_and_unsigned_or_foreign_signed_ones_dead_let
     for payload, properties, _ in forgeries:
         _send_raw(endpoint, a.vm_id, payload, properties)
     a.ship(endpoint, [a.heartbeat(now + timedelta(seconds=4), seq=6)])  # genuine, after them: stored
-    assert wait_for(lambda: ingest.stored == 2 + len(forgeries) + 1, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == 2 + len(forgeries) + 1, 30), ingest.stored
 
     dead = _dead_letters(ch, db)
     assert {payload: dead[payload].split(":")[0] for payload, _, _ in forgeries} == {
@@ -167,19 +163,19 @@ def test_a_new_key_with_a_valid_attestation_is_flagged_and_accepted(
     now = datetime.now(UTC)
     first = Vm(sim, 0, tmp_path / "before")
     first.ship(endpoint, [first.heartbeat(now - timedelta(seconds=60))])
-    assert wait_for(lambda: ingest.stored == 1, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == 1, 30), ingest.stored
     again = Vm(sim, 0, tmp_path / "after")
     assert again.vm_id == first.vm_id and again.signer.key_id != first.signer.key_id
     again.ship(endpoint, [again.heartbeat(now - timedelta(seconds=30), seq=2)])
-    assert wait_for(lambda: ingest.stored == 2, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == 2, 30), ingest.stored
 
-    pins = _rows(ch, f"SELECT key_id, new_key, anomaly FROM {db}.attested_keys WHERE vm_id = '{first.vm_id}'")
+    pins = query_rows(ch, f"SELECT key_id, new_key, anomaly FROM {db}.attested_keys WHERE vm_id = '{first.vm_id}'")
     flagged = {key: (new, anomaly) for key, new, anomaly in pins}
     assert flagged[first.signer.key_id] == (False, "")
     assert flagged[again.signer.key_id][0] is True
     assert first.signer.key_id in flagged[again.signer.key_id][1]
     assert _heartbeats(ch, db, first.vm_id) == 2
-    assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
 
 
 def test_an_attestation_signed_by_another_ca_is_refused(
@@ -192,13 +188,13 @@ def test_an_attestation_signed_by_another_ca_is_refused(
         vm = Vm(other, 0, tmp_path / "rogue")
         record = vm.heartbeat(datetime.now(UTC))
         vm.ship(endpoint, [record])
-    assert wait_for(lambda: ingest.stored == 2, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == 2, 30), ingest.stored
     dead = _dead_letters(ch, db)
     refusals = [error for payload, error in dead.items() if payload != encode(record)]
     assert len(refusals) == 1 and refusals[0].startswith(f"{ATTESTATION_REFUSED}: ")
     assert "does not chain to the configured root" in refusals[0]
     assert dead[encode(record)].startswith(f"{UNATTESTED_KEY}: ")
-    assert _rows(ch, f"SELECT count() FROM {db}.attested_keys") == [(0,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.attested_keys") == [(0,)]
     assert _heartbeats(ch, db, vm.vm_id) == 0
 
 
@@ -218,13 +214,13 @@ def test_without_a_root_attestations_are_counted_as_dropped_and_records_stored(
     try:
         vm = Vm(sim, 0, tmp_path / "vm")
         vm.ship(endpoint, [vm.heartbeat(datetime.now(UTC))])
-        assert wait_for(lambda: handler.stored == 1 and handler.dropped == 1, 30), (handler.stored, handler.dropped)
+        assert eventually(lambda: handler.stored == 1 and handler.dropped == 1, 30), (handler.stored, handler.dropped)
     finally:
         stop.set()
         thread.join(30)
     assert _heartbeats(ch, db, vm.vm_id) == 1
-    assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
-    assert _rows(ch, f"SELECT count() FROM {db}.attested_keys") == [(0,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.attested_keys") == [(0,)]
 
 
 def test_without_an_attested_document_the_sink_sends_nothing(endpoint: EventHubsEndpoint, tmp_path: Path) -> None:
@@ -296,15 +292,15 @@ def test_a_collector_with_attestation_on_gets_everything_stored(
     thread = threading.Thread(target=collector.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        assert wait_for(lambda: ingest.stored >= 3 and ingest.pinned == 1, 60), (ingest.stored, ingest.pinned)
+        assert eventually(lambda: ingest.stored >= 3 and ingest.pinned == 1, 60), (ingest.stored, ingest.pinned)
     finally:
         stop.set()
         thread.join(60)
         collector.close()
     key = load_or_create_key(settings.state_dir)  # the key the collector made and kept
     vm_id = sim.engine.vms[name].view.vm_id
-    assert _rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys") == [(vm_id, key.key_id, False)]
-    assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
+    assert query_rows(ch, f"SELECT vm_id, key_id, new_key FROM {db}.attested_keys") == [(vm_id, key.key_id, False)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
     assert _heartbeats(ch, db, vm_id) >= 2
 
 
@@ -328,5 +324,5 @@ def test_a_refresh_imds_does_not_answer_holds_nothing_back(
         assert vm.attester.asked == asked + 2  # it did try to refresh, twice (retries = 1), and gave up
         assert "could not send the attestation again" in caplog.text
         sink.close()
-    assert wait_for(lambda: ingest.stored == 2, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == 2, 30), ingest.stored
     assert _heartbeats(ch, db, vm.vm_id) == 2

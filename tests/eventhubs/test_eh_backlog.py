@@ -8,24 +8,22 @@ from typing import Any
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
 from demo import synthetic
 from ingest.handler import Handler
 from ingest.metrics import IngestMetrics
 from ingest.source_eventhubs import EventHubsSource
 from ingest.writer import Writer
-from sevents.records import encode
 from sevents.retry import Backoff
 from sevents.telemetry import make_meter_provider
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import FAST_BALANCE
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, outbox_rows
 
 
 def _ship(endpoint: EventHubsEndpoint, records: list[dict[str, Any]]) -> None:
     sink = EventHubsSink.from_connection_string(endpoint.connection_string())
-    sink.send([OutboxRow(i + 1, r["record_type"], encode(r)) for i, r in enumerate(records)])
+    sink.send(outbox_rows(records))
     sink.close()
 
 
@@ -56,11 +54,13 @@ def test_a_partition_carrying_a_year_of_backlog_keeps_moving(
             return int(ch.query(sql).result_rows[0][0])
 
         hours = f"SELECT count() FROM (SELECT hour FROM {db}.heartbeat_hours GROUP BY hour)"
-        assert wait_for(lambda: count(hours) == 365, 60), count(hours)
-        assert wait_for(lambda: count(f"SELECT count() FROM {db}.transitions FINAL") == 36, 30)
+        assert eventually(lambda: count(hours) == 365, 60), count(hours)
+        assert eventually(lambda: count(f"SELECT count() FROM {db}.transitions FINAL") == 36, 30)
         live = synthetic.transition(event_id="E-live", observed_at=now)
         _ship(endpoint, [live])
-        assert wait_for(lambda: count(f"SELECT count() FROM {db}.transitions FINAL WHERE event_id = 'E-live'") == 1, 30)
+        assert eventually(
+            lambda: count(f"SELECT count() FROM {db}.transitions FINAL WHERE event_id = 'E-live'") == 1, 30
+        )
     finally:
         stop.set()
         thread.join(30)

@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
-from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
 from demo.synthetic import transition
 from ingest.settings import load
 from sevents.errors import ConfigError
-from sevents.records import encode
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, outbox_rows
 
 BIN = Path(sys.executable).parent
 HUB_ENV = {"SEVENTS_SOURCE": "eventhubs", "SEVENTS_EVENTHUBS_NAME": "hub", "SEVENTS_CHECKPOINT_CONTAINER": "c"}
@@ -113,7 +111,7 @@ def test_a_killed_cli_workers_partitions_are_taken_over_within_the_configured_ex
     )
     second: subprocess.Popen[str] | None = None
     try:
-        assert wait_for(lambda: set(_owners(store, endpoint)) == partitions, 60)
+        assert eventually(lambda: set(_owners(store, endpoint)) == partitions, 60)
         owner_a = set(_owners(store, endpoint).values())
         assert len(owner_a) == 1
         first.send_signal(signal.SIGKILL)
@@ -129,10 +127,10 @@ def test_a_killed_cli_workers_partitions_are_taken_over_within_the_configured_ex
                 and not (set(owners.values()) & owner_a)
             )
 
-        assert wait_for(b_owns_everything, 40), _owners(store, endpoint)
+        assert eventually(b_owns_everything, 40), _owners(store, endpoint)
         sink = EventHubsSink.from_connection_string(endpoint.connection_string())
         records = [{**transition(vm_index=i % 8, event_id=f"B-{i}", incarnation=i), "seq": i + 1} for i in range(20)]
-        sink.send([OutboxRow(r["seq"], "transition", encode(r)) for r in records])
+        sink.send(outbox_rows(records, record_seq=True))
         sink.close()
         last = {p: len(endpoint.store.events(p)) - 1 for p in partitions}
 
@@ -141,7 +139,7 @@ def test_a_killed_cli_workers_partitions_are_taken_over_within_the_configured_ex
             done = {c["partition_id"]: c["sequence_number"] for c in found}
             return all(done.get(p, -1) == seq for p, seq in last.items() if seq >= 0)
 
-        assert wait_for(checkpointed, 60)
+        assert eventually(checkpointed, 60)
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:

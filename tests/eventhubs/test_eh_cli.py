@@ -13,14 +13,11 @@ from typing import Any
 
 import pytest
 
-from collector.outbox import OutboxRow
 from collector.settings import load_settings
 from collector.ship import make_sink
-from demo.synthetic import transition
-from sevents.records import encode
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, numbered_transitions, outbox_rows
 
 BIN = Path(sys.executable).parent
 SECRET = "k3y-that-must-never-be-logged"
@@ -33,14 +30,6 @@ def secret_endpoint() -> Any:
         yield server
 
 
-def _rows(count: int) -> list[OutboxRow]:
-    records = [
-        {**transition(vm_index=i % 8, event_id=f"E-{i}", incarnation=i, kind="appeared"), "seq": i + 1}
-        for i in range(count)
-    ]
-    return [OutboxRow(r["seq"], "transition", encode(r)) for r in records]
-
-
 def test_collector_settings_build_a_working_sink_without_logging_the_secret(
     secret_endpoint: EventHubsEndpoint, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -51,7 +40,7 @@ def test_collector_settings_build_a_working_sink_without_logging_the_secret(
     assert SECRET not in repr(settings)
     sink = make_sink(settings)
     assert sink is not None
-    sink.send(_rows(5))
+    sink.send(outbox_rows(numbered_transitions(0, 5, vms=8), record_seq=True))
     sink.close()
     assert secret_endpoint.store.total() == 5
     assert all(SECRET not in record.getMessage() + str(record.__dict__) for record in caplog.records)
@@ -71,7 +60,7 @@ def test_ingest_cli_loads_the_hub_into_clickhouse_and_checkpoints(
         )
     )
     assert sink is not None
-    sink.send(_rows(60))
+    sink.send(outbox_rows(numbered_transitions(0, 60, vms=8), record_seq=True))
     sink.close()
     stores = CheckpointStores.create(azurite, "cli")
     env = {
@@ -93,7 +82,7 @@ def test_ingest_cli_loads_the_hub_into_clickhouse_and_checkpoints(
         return all(done.get(p, -1) == seq for p, seq in last.items() if seq >= 0)
 
     try:
-        assert wait_for(checkpointed, 90)
+        assert eventually(checkpointed, 90)
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)

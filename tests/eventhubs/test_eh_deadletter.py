@@ -14,27 +14,19 @@ from collector.settings import load_settings
 from collector.ship import Shipper, SinkError, make_sink
 from collector.ship_eventhubs import DROP_OVERSIZE, EventHubsSink, outbox_drop_counter
 from ingest.source_eventhubs import body_bytes
-from sevents.records import transition_id
 from sevents.retry import Backoff
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.helpers import read_events
+from tests.helpers import numbered_transition
 
 OVER_ONE_MB = 1_200_000
 
 
-def _record(n: int, pad: int = 0) -> dict[str, object]:
-    return {
-        "record_type": "transition",
-        "record_id": transition_id("vm-dl", f"ev-{n}", n, "appeared"),
-        "vm_id": "vm-dl",
-        "n": n,
-        "pad": "x" * pad,
-    }
-
-
 def _commit_with_one_giant(outbox: Outbox) -> list[int]:
     """Rows n=0..4 of one VM, the middle one over 1 MB."""
-    return outbox.commit([_record(n, OVER_ONE_MB if n == 2 else 0) for n in range(5)], snapshot=None)
+    return outbox.commit(
+        [numbered_transition("vm-dl", n, OVER_ONE_MB if n == 2 else 0) for n in range(5)], snapshot=None
+    )
 
 
 def test_an_oversize_record_is_counted_logged_and_removed_without_blocking_the_rest(
@@ -121,7 +113,7 @@ def test_a_malformed_connection_string_is_a_sink_error_that_does_not_show_the_ke
     key = "n0t-a-real-key-but-secret"
     sink = EventHubsSink.from_connection_string(f"SharedAccessKey={key};Endpoint", send_timeout=2)
     with Outbox(tmp_path / "outbox.sqlite") as outbox:
-        outbox.commit([_record(0)], snapshot=None)
+        outbox.commit([numbered_transition("vm-dl", 0)], snapshot=None)
         with pytest.raises(SinkError) as raised:
             sink.send(outbox.pending(10))
         assert key not in str(raised.value)

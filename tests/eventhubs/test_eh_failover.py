@@ -15,34 +15,24 @@ from typing import Any
 
 from azure.eventhub import EventData, EventHubProducerClient
 
-from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
-from demo.synthetic import transition
 from ingest import queries
 from ingest.handler import Handler
 from ingest.source import Delivery
 from ingest.source_eventhubs import EventHubsSource
 from ingest.writer import Writer
-from sevents.records import encode
 from sevents.retry import Backoff
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite
 from tests.eventhubs.eh_fleet import FAST_BALANCE
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, numbered_transitions, outbox_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _records(start: int, count: int) -> list[dict[str, Any]]:
-    return [
-        {**transition(vm_index=i % 16, event_id=f"E-{i}", incarnation=i, kind="appeared"), "seq": i + 1}
-        for i in range(start, start + count)
-    ]
-
-
 def _ship(endpoint: EventHubsEndpoint, records: list[dict[str, Any]]) -> set[str]:
     sink = EventHubsSink.from_connection_string(endpoint.connection_string())
-    sink.send([OutboxRow(r["seq"], "transition", encode(r)) for r in records])
+    sink.send(outbox_rows(records, record_seq=True))
     sink.close()
     return {r["record_id"] for r in records}
 
@@ -76,7 +66,7 @@ def test_killed_worker_partitions_are_taken_over_and_nothing_is_lost(
     """
     store = checkpoint_store()
     container = checkpoint_store.container
-    sent = _ship(endpoint, _records(0, 200))
+    sent = _ship(endpoint, numbered_transitions(0, 200, vms=16))
     out = tmp_path / "killed.jsonl"
     env = {
         **os.environ,
@@ -87,7 +77,7 @@ def test_killed_worker_partitions_are_taken_over_and_nothing_is_lost(
         [sys.executable, "-m", "tests.eventhubs.eh_worker_proc", container, str(out)], cwd=ROOT, env=env
     )
     try:
-        assert wait_for(lambda: out.exists() and len(out.read_text().splitlines()) >= 50, 60)
+        assert eventually(lambda: out.exists() and len(out.read_text().splitlines()) >= 50, 60)
         survivor = Collected()
         source = EventHubsSource.from_connection_string(
             endpoint.connection_string(), checkpoint_store=checkpoint_store(), **FAST_BALANCE
@@ -95,16 +85,16 @@ def test_killed_worker_partitions_are_taken_over_and_nothing_is_lost(
         stop = threading.Event()
         thread = threading.Thread(target=source.run, args=(survivor, stop), daemon=True)
         thread.start()
-        assert wait_for(lambda: len(set(_owners(store, endpoint))) == 2, 40)
-        sent |= _ship(endpoint, _records(200, 200))
+        assert eventually(lambda: len(set(_owners(store, endpoint))) == 2, 40)
+        sent |= _ship(endpoint, numbered_transitions(200, 200, vms=16))
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
-        sent |= _ship(endpoint, _records(400, 200))
+        sent |= _ship(endpoint, numbered_transitions(400, 200, vms=16))
         stored_by_victim = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
-        assert wait_for(lambda: (stored_by_victim | survivor.ids()) >= sent, 60), len(
+        assert eventually(lambda: (stored_by_victim | survivor.ids()) >= sent, 60), len(
             sent - stored_by_victim - survivor.ids()
         )
-        assert wait_for(lambda: len(set(_owners(store, endpoint))) == 1, 30)
+        assert eventually(lambda: len(set(_owners(store, endpoint))) == 1, 30)
         stop.set()
         thread.join(30)
     finally:
@@ -120,7 +110,7 @@ def test_poison_message_on_one_partition_does_not_stop_the_others(
     endpoint: EventHubsEndpoint, ch: Any, db: str, checkpoint_store: Any
 ) -> None:
     """An undecodable event becomes a dead letter; every valid record on every partition is stored."""
-    records = _records(0, 120)
+    records = numbered_transitions(0, 120, vms=16)
     poison_partition = endpoint.store.partition_for_key(records[0]["vm_id"])
     with EventHubProducerClient.from_connection_string(endpoint.connection_string()) as producer:
         batch = producer.create_batch(partition_id=poison_partition)
@@ -139,7 +129,7 @@ def test_poison_message_on_one_partition_does_not_stop_the_others(
     def counts() -> dict[str, Any]:
         return queries.run(ch, queries.COUNTS, db).dicts()[0]
 
-    assert wait_for(lambda: counts()["transitions"] == len(sent) and counts()["dead_letters"] == 2, 60), counts()
+    assert eventually(lambda: counts()["transitions"] == len(sent) and counts()["dead_letters"] == 2, 60), counts()
     stop.set()
     thread.join(30)
     assert source.failures == 0

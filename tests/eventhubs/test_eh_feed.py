@@ -28,7 +28,7 @@ from sevents.records import encode
 from sevents.retry import Backoff
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import FAST_BALANCE
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually
 from tests.ingest.feed_events import cloud_event, event_grid, resource_info
 
 
@@ -107,9 +107,9 @@ def test_the_feed_settles_outcomes_shows_platform_only_events_and_stores_a_repea
     bodies = [json.dumps([done]).encode(), json.dumps(called_off).encode(), json.dumps([announced]).encode()]
     bodies += [json.dumps([announced]).encode(), json.dumps([started, other]).encode(), b"{not json"]
     _publish(endpoint, bodies)
-    ok = wait_for(lambda: _count(ch, f"SELECT count() FROM {db}.azure_feed_deliveries") == 4, 60)
+    ok = eventually(lambda: _count(ch, f"SELECT count() FROM {db}.azure_feed_deliveries") == 4, 60)
     assert ok, (ch.query(f"SELECT * FROM {db}.azure_feed_deliveries").result_rows, feed.stored, feed.repeated)
-    assert wait_for(lambda: _count(ch, f"SELECT count() FROM {db}.dead_letters") == 2, 30)
+    assert eventually(lambda: _count(ch, f"SELECT count() FROM {db}.dead_letters") == 2, 30)
 
     after = _events(ch, db, since)
     assert {k: (v["outcome"], v["outcome_source"], v["seen_by"], v["platform_status"]) for k, v in after.items()} == {

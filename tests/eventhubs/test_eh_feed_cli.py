@@ -17,9 +17,9 @@ from collector.settings import load_settings
 from collector.ship import make_sink
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores
-from tests.eventhubs.helpers import wait_for
 from tests.eventhubs.hub_store import HubStore
 from tests.eventhubs.test_eh_cli import _rows
+from tests.helpers import eventually
 from tests.ingest.feed_events import cloud_event, resource_info
 
 BIN = Path(sys.executable).parent
@@ -72,8 +72,8 @@ def test_run_reads_the_feed_beside_the_collectors_hub(
 
         try:
             # audit asks the running ingest (it holds the embedded directory)
-            seen = wait_for(lambda: any(r["event_id"] == "E-platform" for r in audit("events")), 90)
-            stored = wait_for(lambda: (audit("counts") or [{}])[0].get("transitions") == 8, 60)
+            seen = eventually(lambda: any(r["event_id"] == "E-platform" for r in audit("events")), 90)
+            stored = eventually(lambda: (audit("counts") or [{}])[0].get("transitions") == 8, 60)
         finally:
             process.send_signal(signal.SIGTERM)
             _, stderr = process.communicate(timeout=60)

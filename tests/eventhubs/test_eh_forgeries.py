@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
-from collector.outbox import OutboxRow
 from collector.ship_eventhubs import EventHubsSink
 from demo import synthetic
 from ingest.handler import CONFLICT, FUTURE, NOT_ITS_PARTITION_KEY, Handler
@@ -28,7 +27,7 @@ from sevents.records import encode
 from sevents.retry import Backoff
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import FAST_BALANCE
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually, outbox_rows, query_rows
 
 VICTIM, SENDER, LATE = 0, 1, 2  # the VM with a live Reboot, the VM a forger sends from, a VM that joins later
 FAR = datetime(2099, 6, 1, tzinfo=UTC)  # far ahead, yet a time the tables can hold
@@ -41,7 +40,7 @@ def _vm(index: int) -> str:
 def _ship(endpoint: EventHubsEndpoint, sent: list[dict[str, Any]]) -> None:
     """Genuine records through the collector's producer (partition key: the record's vm_id)."""
     sink = EventHubsSink.from_connection_string(endpoint.connection_string())
-    sink.send([OutboxRow(i + 1, r["record_type"], encode(r)) for i, r in enumerate(sent)])
+    sink.send(outbox_rows(sent))
     sink.close()
 
 
@@ -83,22 +82,20 @@ def ingest(endpoint: EventHubsEndpoint, ch: Any, db: str, checkpoint_store: Any)
     assert source.failures == 0
 
 
-def _rows(ch: Any, sql: str) -> list[tuple[Any, ...]]:
-    return [tuple(row) for row in ch.query(sql).result_rows]
-
-
 def _state(ch: Any, db: str) -> dict[str, list[tuple[Any, ...]]]:
     """What the victim's and the sender's pages, dashboards and alerts read (the late VM left out)."""
     others = f"vm_id != '{_vm(LATE)}'"
     return {
-        "transitions": _rows(ch, f"SELECT * EXCEPT ingested_at FROM {db}.transitions FINAL ORDER BY transition_id"),
-        "heartbeats": _rows(
+        "transitions": query_rows(
+            ch, f"SELECT * EXCEPT ingested_at FROM {db}.transitions FINAL ORDER BY transition_id"
+        ),
+        "heartbeats": query_rows(
             ch, f"SELECT * EXCEPT ingested_at FROM {db}.heartbeats FINAL WHERE {others} ORDER BY heartbeat_id"
         ),
-        "events": _rows(ch, f"SELECT * FROM {db}.events ORDER BY event_id"),
-        "active": _rows(ch, f"SELECT * FROM {db}.active_events ORDER BY event_id"),
-        "event_vms": _rows(ch, f"SELECT * FROM {db}.event_vms ORDER BY event_id, vm_id"),
-        "status": _rows(
+        "events": query_rows(ch, f"SELECT * FROM {db}.events ORDER BY event_id"),
+        "active": query_rows(ch, f"SELECT * FROM {db}.active_events ORDER BY event_id"),
+        "event_vms": query_rows(ch, f"SELECT * FROM {db}.event_vms ORDER BY event_id, vm_id"),
+        "status": query_rows(
             ch,
             f"SELECT vm_id, last_heartbeat_at, state, retired_reason FROM {db}.vm_status WHERE {others} ORDER BY vm_id",
         ),
@@ -106,7 +103,7 @@ def _state(ch: Any, db: str) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def _dead_letters(ch: Any, db: str) -> dict[bytes, str]:
-    found = _rows(ch, f"SELECT payload, error FROM {db}.dead_letters")
+    found = query_rows(ch, f"SELECT payload, error FROM {db}.dead_letters")
     return {(p if isinstance(p, bytes) else str(p).encode()): str(e) for p, e in found}
 
 
@@ -134,7 +131,7 @@ def test_each_forgery_class_is_dead_lettered_and_no_other_vm_changes(
         _heartbeat(SENDER, now - timedelta(seconds=30)),
     ]
     _ship(endpoint, genuine)
-    assert wait_for(lambda: ingest.stored == len(genuine), 30), ingest.stored
+    assert eventually(lambda: ingest.stored == len(genuine), 30), ingest.stored
     before = _state(ch, db)
     assert [row[0] for row in before["active"]] == [event]
 
@@ -182,7 +179,7 @@ def test_each_forgery_class_is_dead_lettered_and_no_other_vm_changes(
     late = _heartbeat(LATE, now)
     _ship(endpoint, [late])
     total = len(genuine) + len(forgeries) + 1
-    assert wait_for(lambda: ingest.stored == total, 30), ingest.stored
+    assert eventually(lambda: ingest.stored == total, 30), ingest.stored
 
     dead = _dead_letters(ch, db)
     assert len(dead) == len(forgeries)
@@ -192,7 +189,7 @@ def test_each_forgery_class_is_dead_lettered_and_no_other_vm_changes(
     assert "2099-06-01" in dead[encode(heartbeat_2299)] and "enqueued" in dead[encode(heartbeat_2299)]
     assert f"partition key '{_vm(VICTIM)}'" in dead[encode(invented)]
     assert _state(ch, db) == before
-    assert _rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL WHERE vm_id = '{_vm(LATE)}'") == [(1,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL WHERE vm_id = '{_vm(LATE)}'") == [(1,)]
 
 
 def test_a_redelivered_record_is_idempotent_and_an_old_one_is_fine(
@@ -206,8 +203,8 @@ def test_a_redelivered_record_is_idempotent_and_an_old_one_is_fine(
     ahead = _heartbeat(SENDER, now + timedelta(seconds=120))
     _ship(endpoint, [record, old, ahead])
     _ship(endpoint, [record])
-    assert wait_for(lambda: ingest.stored == 4, 30), ingest.stored
-    assert _rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
-    assert _rows(ch, f"SELECT count() FROM {db}.transitions FINAL") == [(1,)]
-    assert _rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL") == [(2,)]
+    assert eventually(lambda: ingest.stored == 4, 30), ingest.stored
+    assert query_rows(ch, f"SELECT count() FROM {db}.dead_letters") == [(0,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.transitions FINAL") == [(1,)]
+    assert query_rows(ch, f"SELECT count() FROM {db}.heartbeats FINAL") == [(2,)]
     assert json.loads(encode(record))["record_id"] == record["transition_id"]

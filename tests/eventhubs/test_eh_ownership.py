@@ -21,7 +21,7 @@ from ingest.source import Delivery
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite
 from tests.eventhubs.eh_ingest_proc import StoreService
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPIRY_S = 30.0  # far longer than the test: every partition served again came back before its claim expired
@@ -83,7 +83,7 @@ def test_a_restarted_worker_resumes_its_partitions_and_the_live_one_keeps_its_ow
 
     workers = {"a": start("a"), "b": start("b")}
     try:
-        assert wait_for(lambda: sorted(_owners(store, endpoint).values()) == ["a", "a", "b", "b"], 60)
+        assert eventually(lambda: sorted(_owners(store, endpoint).values()) == ["a", "a", "b", "b"], 60)
         before = _owners(store, endpoint)
         seen: set[tuple[str, str]] = set()
         watching = threading.Event()
@@ -95,13 +95,13 @@ def test_a_restarted_worker_resumes_its_partitions_and_the_live_one_keeps_its_ow
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         _send(endpoint, range(200))
-        assert wait_for(lambda: stored.all() >= set(range(200)), 60)
+        assert eventually(lambda: stored.all() >= set(range(200)), 60)
         workers["b"].send_signal(signal.SIGKILL)
         workers["b"].wait(10)
         killed_at = time.monotonic()
         _send(endpoint, range(200, 400))
         workers["b"] = start("b")
-        assert wait_for(lambda: stored.all() >= set(range(400)), 60), set(range(400)) - stored.all()
+        assert eventually(lambda: stored.all() >= set(range(400)), 60), set(range(400)) - stored.all()
         assert time.monotonic() - killed_at < EXPIRY_S
         assert _owners(store, endpoint) == before
         watching.set()

@@ -17,7 +17,7 @@ from demo.compare import compare
 from ingest import queries
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.eh_fleet import EhFleet, start_fleet
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually
 
 POLL_S = 0.5
 SLACK_S = 0.25
@@ -29,7 +29,7 @@ def _finish(fleet: EhFleet, client: Any, database: str, began: datetime) -> dict
     fleet.stop_collectors(settle_s=2 * POLL_S + 0.5)
     assert fleet.backlog() == 0
     hub = fleet.hub_records()
-    assert wait_for(lambda: fleet.deliver.record_ids >= set(hub), 60), set(hub) - fleet.deliver.record_ids
+    assert eventually(lambda: fleet.deliver.record_ids >= set(hub), 60), set(hub) - fleet.deliver.record_ids
     fleet.stop_workers()
     assert not fleet.failures, fleet.failures
     window = {"since": began - timedelta(minutes=1), "until": datetime.now(UTC) + timedelta(minutes=1)}
@@ -77,9 +77,9 @@ def test_hub_outage_buffers_in_outboxes_and_drains(
     began = datetime.now(UTC)
     fleet = start_fleet(tmp_path, endpoint, ch, db, checkpoint_store, scenario="rolling-wave", speed=20, workers=1)
     try:
-        assert wait_for(lambda: endpoint.store.total() > 0, 30)
+        assert eventually(lambda: endpoint.store.total() > 0, 30)
         endpoint.stop()
-        assert wait_for(lambda: fleet.backlog() > 0, 30)
+        assert eventually(lambda: fleet.backlog() > 0, 30)
         fleet.collectors_stop.wait(5.0)
         buffered = fleet.backlog()
         endpoint.start()

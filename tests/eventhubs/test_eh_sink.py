@@ -13,25 +13,15 @@ from azure.core.credentials import AccessToken
 from collector.outbox import Outbox, OutboxRow
 from collector.ship import Shipper, SinkError
 from collector.ship_eventhubs import EventHubsSink, partition_key, runs_by_key
-from sevents.records import transition_id
 from sevents.retry import Backoff
 from sevents.tracing import parse_traceparent
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
-from tests.eventhubs.helpers import read_events, wait_for
-
-
-def _record(vm_id: str, n: int, pad: int = 0) -> dict[str, object]:
-    return {
-        "record_type": "transition",
-        "record_id": transition_id(vm_id, f"ev-{n}", n, "appeared"),
-        "vm_id": vm_id,
-        "n": n,
-        "pad": "x" * pad,
-    }
+from tests.eventhubs.helpers import read_events
+from tests.helpers import eventually, numbered_transition
 
 
 def _fill(outbox: Outbox, vm_id: str, count: int, pad: int = 0) -> list[int]:
-    return outbox.commit([_record(vm_id, n, pad) for n in range(count)], snapshot=None)
+    return outbox.commit([numbered_transition(vm_id, n, pad) for n in range(count)], snapshot=None)
 
 
 def test_rows_arrive_in_order_on_the_vm_partition_with_properties(endpoint: EventHubsEndpoint, tmp_path: Path) -> None:
@@ -88,14 +78,14 @@ def test_outage_then_recovery_drains_in_order(endpoint: EventHubsEndpoint, tmp_p
         stop = threading.Event()
         worker = threading.Thread(target=shipper.run, args=(stop,), daemon=True)
         worker.start()
-        outbox.commit([_record("vm-1", n) for n in range(10)], None)
-        assert wait_for(lambda: outbox.depth() == 0, 20)
+        outbox.commit([numbered_transition("vm-1", n) for n in range(10)], None)
+        assert eventually(lambda: outbox.depth() == 0, 20)
         endpoint.stop()
-        outbox.commit([_record("vm-1", n) for n in range(10, 40)], None)
-        assert wait_for(lambda: shipper.failures >= 2, 30)
+        outbox.commit([numbered_transition("vm-1", n) for n in range(10, 40)], None)
+        assert eventually(lambda: shipper.failures >= 2, 30)
         assert outbox.depth() == 30
         endpoint.start()
-        assert wait_for(lambda: outbox.depth() == 0, 60)
+        assert eventually(lambda: outbox.depth() == 0, 60)
         stop.set()
         worker.join(10)
         assert shipper.shutdown(5) == 0

@@ -17,7 +17,7 @@ from ingest.source_eventhubs import EventHubsSource
 from sevents.retry import Backoff
 from sevents.tracing import traceparent_for
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
-from tests.eventhubs.helpers import wait_for
+from tests.helpers import eventually
 
 # Expiry well above the renewal interval: a busy two-core machine must not make owners look dead.
 FAST = {"load_balancing_interval": 0.5, "ownership_expiry": 8.0, "max_wait_time": 0.2}
@@ -78,20 +78,20 @@ def test_new_consumer_group_reads_the_backlog_and_restart_resumes_from_checkpoin
     _send(endpoint, range(40))
     first = Recorder()
     stop, thread = _worker(_source(endpoint, checkpoint_store()), first)
-    assert wait_for(lambda: len(first.numbers()) >= 40, 30)
+    assert eventually(lambda: len(first.numbers()) >= 40, 30)
     stop.set()
     thread.join(30)
     assert sorted(first.numbers()) == list(range(40))
     _send(endpoint, range(40, 60))
     second = Recorder()
     stop, thread = _worker(_source(endpoint, checkpoint_store()), second)
-    assert wait_for(lambda: len(second.numbers()) >= 20, 30)
+    assert eventually(lambda: len(second.numbers()) >= 20, 30)
     stop.set()
     thread.join(30)
     assert sorted(second.numbers()) == list(range(40, 60))
     audit = Recorder()
     stop, thread = _worker(_source(endpoint, checkpoint_store(), group="audit"), audit)
-    assert wait_for(lambda: len(audit.numbers()) >= 60, 30)
+    assert eventually(lambda: len(audit.numbers()) >= 60, 30)
     stop.set()
     thread.join(30)
     assert sorted(audit.numbers()) == list(range(60)), "a new consumer group reads all of retention"
@@ -105,7 +105,7 @@ def test_a_failed_deliver_is_not_checkpointed_and_comes_again(
     recorder = Recorder(fail_times=2, fail_marker=b'"n": 5}')
     source = _source(endpoint, checkpoint_store(), backoff=Backoff(initial=0.1, cap=0.2))
     stop, thread = _worker(source, recorder)
-    assert wait_for(lambda: set(recorder.numbers()) >= set(range(32)), 60)
+    assert eventually(lambda: set(recorder.numbers()) >= set(range(32)), 60)
     stop.set()
     thread.join(30)
     assert recorder.fail_times == 0
@@ -135,10 +135,10 @@ def test_two_workers_share_the_partitions(endpoint: EventHubsEndpoint, checkpoin
         settled.append(owners() if balanced() else {})
         return len(settled) >= 6 and all(o and o == settled[-1] for o in settled[-6:])
 
-    assert wait_for(settled_balance, 40, interval=0.5)
+    assert eventually(settled_balance, 40, interval=0.5)
     _send(endpoint, range(80), keys=16)
     assert all(endpoint.store.events(p) for p in endpoint.store.partition_ids), "every partition gets events"
-    assert wait_for(lambda: len(a.numbers()) + len(b.numbers()) >= 80, 30)
+    assert eventually(lambda: len(a.numbers()) + len(b.numbers()) >= 80, 30)
     stop_a.set()
     stop_b.set()
     thread_a.join(30)
@@ -159,7 +159,7 @@ def test_batch_span_links_to_each_traceparent(endpoint: EventHubsEndpoint) -> No
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     recorder = Recorder()
     stop, thread = _worker(_source(endpoint, tracer_provider=provider), recorder)
-    assert wait_for(lambda: len(recorder.numbers()) == 1, 20)
+    assert eventually(lambda: len(recorder.numbers()) == 1, 20)
     stop.set()
     thread.join(30)
     assert recorder.deliveries[0].properties["record_type"] == "transition"

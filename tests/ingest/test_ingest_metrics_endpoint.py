@@ -13,7 +13,7 @@ import pytest
 
 from tests.collector_edges.fake_imds import FakeImds, event
 from tests.collector_edges.test_edges_cli import clean_env, once
-from tests.collector_edges.test_edges_metrics import LogReader, scrape, value, wait_for
+from tests.helpers import LogReader, scrape, value, wait_for
 
 INGEST = str(Path(sys.executable).parent / "sevents-ingest")
 

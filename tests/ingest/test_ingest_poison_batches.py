@@ -31,6 +31,7 @@ from ingest.source_outbox import OutboxSource
 from ingest.writer import Writer, partition_chunks, ttl_of
 from sevents.retry import Backoff
 from sevents.telemetry import make_meter_provider
+from tests.helpers import metric_points
 
 from .conftest import deliveries, scalar
 
@@ -78,15 +79,10 @@ def deliver(handler: Handler, writer: FailFast, batch: Sequence[Delivery]) -> No
 
 def sums(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, Any], ...], int]:
     """A counter's totals by attributes."""
-    data = reader.get_metrics_data()
     out: dict[tuple[tuple[str, Any], ...], int] = {}
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        key = tuple(sorted(point.attributes.items()))
-                        out[key] = out.get(key, 0) + int(point.value)
+    for point in metric_points(reader).get(name, []):
+        key = tuple(sorted(point.attributes.items()))
+        out[key] = out.get(key, 0) + int(point.value)
     return out
 
 

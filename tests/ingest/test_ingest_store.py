@@ -20,6 +20,7 @@ from sevents import records
 from sevents.records import encode
 from sevents.retry import Backoff
 from sevents.telemetry import make_meter_provider
+from tests.helpers import metric_points
 
 from .conftest import deliveries, scalar
 
@@ -94,24 +95,13 @@ def test_description_full_of_quotes_and_sql_is_stored_verbatim(ch: Any, db: str,
     assert row == [(evil_id, EVIL, [EVIL, "vm-000"])]
 
 
-def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
-    """Metric name -> data points, as an exporter would see them."""
-    data = reader.get_metrics_data()
-    out: dict[str, list[Any]] = {}
-    for resource in data.resource_metrics if data else []:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                out[metric.name] = list(metric.data.data_points)
-    return out
-
-
 def test_metrics_count_records_batches_lag_and_dead_letters(ch: Any, db: str) -> None:
     """The OpenTelemetry instruments report what the handler did."""
     reader = InMemoryMetricReader()
     provider = make_meter_provider("test", readers=[reader], env={})
     handler = Handler(Writer(ch, db), source="test", stop=threading.Event(), metrics=IngestMetrics.create(provider))
     handler([*deliveries(synthetic.lifecycle("E-1", 0)), Delivery(b"{", "bad")])
-    got = points(reader)
+    got = metric_points(reader)
     stored = {p.attributes["outcome"]: p.value for p in got["sevents.ingest.records"]}
     assert stored == {"stored": 3, "dead_letter": 1}
     assert got["sevents.ingest.batches"][0].value == 1
@@ -132,7 +122,7 @@ def test_a_dropped_database_is_retried_and_stored_after_recovery(ch: Any, db: st
     done = threading.Event()
     worker = threading.Thread(target=lambda: (handler(deliveries(synthetic.lifecycle("E-1", 0))), done.set()))
     worker.start()
-    while sum(p.value for p in points(reader).get("sevents.ingest.insert.failures", [])) < 3:
+    while sum(p.value for p in metric_points(reader).get("sevents.ingest.insert.failures", [])) < 3:
         assert worker.is_alive()
         done.wait(0.02)
     assert not done.is_set()

@@ -14,7 +14,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from dashboards.alerts import RULES
 from ingest.settings import IngestSettings
 from ingest.wiring import build
 from simulator import SimServer, load_scenario
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 COLLECTOR = str(Path(sys.executable).with_name("sevents-collector"))
@@ -49,13 +49,6 @@ def _stored(state: Path) -> list[dict[str, Any]]:
         return []  # created but not yet initialised by the collector: nothing stored yet
 
 
-def _wait(condition: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_terminated_vm_with_its_collector_killed(ch: Any, db: str, tmp_path: Path) -> None:
     """The VM sees its own Terminate start, dies; the others see the event go: completed, nothing firing."""
     processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -67,16 +60,16 @@ def test_terminated_vm_with_its_collector_killed(ch: Any, db: str, tmp_path: Pat
             def victim_saw_start() -> bool:
                 return any(r.get("status") == "Started" for r in _stored(tmp_path / VICTIM))
 
-            _wait(victim_saw_start, "the terminated VM's collector to store its Terminate's start")
+            wait_for(victim_saw_start, 60, what="the terminated VM's collector to store its Terminate's start")
             processes[VICTIM].send_signal(signal.SIGKILL)
             processes[VICTIM].wait(timeout=10)
-            _wait(server.done, "the scenario to end")
+            wait_for(server.done, 60, what="the scenario to end")
             survivors = [n for n in server.vm_names if n != VICTIM]
 
             def survivors_saw_end() -> bool:
                 return all(any(r.get("kind") == "disappeared" for r in _stored(tmp_path / n)) for n in survivors)
 
-            _wait(survivors_saw_end, "the other collectors to see the event go")
+            wait_for(survivors_saw_end, 60, what="the other collectors to see the event go")
         finally:
             for process in processes.values():
                 if process.poll() is None:

@@ -21,7 +21,7 @@ import pytest
 
 import sevents
 from tests.collector_edges.fake_imds import FakeImds, event
-from tests.collector_edges.test_edges_metrics import LogReader, scrape, value, wait_for
+from tests.helpers import LogReader, scrape, value, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET_BYTES = 100 * 10**6

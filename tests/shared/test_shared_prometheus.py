@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import socket
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from prometheus_client.parser import text_string_to_metric_families
 
 from sevents import prometheus
 from sevents.config import host_port_problems, split_host_port
-
-
-def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """Every sample of /metrics: name -> {sorted labels: value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        assert answer.headers["Content-Type"].startswith("text/plain")
-        text = answer.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return out
+from tests.helpers import scrape
 
 
 @pytest.fixture

@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
 
 from simulator import SimServer
 from simulator.loader import parse_scenario
+from tests.helpers import FakeClock
 from tests.simulator.conftest import HEADERS, events_url
-
-
-class ManualClock:
-    """A clock for SimServer that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 def _doc(server: SimServer, http: requests.Session, vm: str, version: str) -> Any:
@@ -41,7 +28,7 @@ def test_first_call_is_slow_and_idle_switches_off(start_sim: Callable[..., SimSe
     }
     # Scenario time moves only when told, so a slow machine cannot switch the VM off between two polls; the
     # first-call delay is wall time, and only its lower bound (and a far larger one for the next call) is checked.
-    clock = ManualClock()
+    clock = FakeClock()
     server = start_sim(parse_scenario(data, "idle"), speed=1000.0, clock=clock)
     began = time.monotonic()
     first = _doc(server, http, "web-0", "2020-07-01")
