@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.helpers import eventually
+
 SE_VERSIONS = ("2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01")
 
 INSTANCE = {
@@ -140,9 +142,7 @@ class FakeImds:
         for connection in connections:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + 5
-        while self.open_connections and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: not self.open_connections, 5, interval=0.01)
 
     def scheduled(self) -> list[Seen]:
         """The Scheduled Events requests received so far."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -26,6 +25,7 @@ from demo.fleetrun import write_approval_config
 from sevents import records
 from simulator import SimServer, load_scenario
 from simulator.loader import parse_scenario
+from tests.helpers import wait_for
 
 SPEED = 20.0  # 900 scenario seconds of notice are 45 s here: an approval that counts is far ahead of NotBefore
 
@@ -100,13 +100,6 @@ def _decisions(agent: Collector) -> list[dict[str, Any]]:
     return [r for r in rows if r["record_type"] == "approval"]
 
 
-def _wait(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
 def _affected(sim: SimServer) -> list[dict[str, Any]]:
     return [row for row in sim.truth() if row["affected"]]
 
@@ -121,10 +114,10 @@ def test_a_reboot_approved_after_its_hook_starts_long_before_not_before(tmp_path
         pre_hook=_hook(tmp_path, "sys.exit(0)"),
     )
     with SimServer(load_scenario("approve-drain"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
-        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        wait_for(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         affected = _affected(sim)
         resources = affected[0]["resources"]
-        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        wait_for(lambda: all(_decisions(agents[name]) for name in resources))
         approvals = sim.approvals()
         by_vm = {name: _decisions(agents[name]) for name in sim.vm_names}
     fact = affected[0]
@@ -167,9 +160,9 @@ def test_a_failing_or_hanging_hook_approves_nothing(tmp_path: Path, scenario: st
     """The event waits for NotBefore; the hook's end (its exit code, or killed at its timeout) is recorded."""
     policy = _policy_of(scenario, tmp_path)
     with SimServer(load_scenario(scenario), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
-        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        wait_for(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         resources = _affected(sim)[0]["resources"]
-        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        wait_for(lambda: all(_decisions(agents[name]) for name in resources))
         approvals = sim.approvals()
         fact = _affected(sim)[0]
         first = _decisions(agents[resources[0]])
@@ -188,10 +181,10 @@ def test_each_affected_vm_approves_for_itself_on_a_shared_host(tmp_path: Path) -
     """With approver = "self" and approval "each", one approval per affected VM releases the event."""
     policy = _policy_of("shared-host", tmp_path)
     with SimServer(load_scenario("shared-host"), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
-        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        wait_for(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         fact = _affected(sim)[0]
         # IMDS answers the approval before the collector commits its record of it: wait for the records too.
-        _wait(lambda: all(_decisions(agents[name]) for name in fact["resources"]))
+        wait_for(lambda: all(_decisions(agents[name]) for name in fact["resources"]))
         approvals = sim.approvals()
         records = {name: _decisions(agents[name]) for name in fact["resources"]}
     assert sorted(vm for _, vm, _, how in approvals if how == "http") == sorted(fact["resources"])
@@ -210,9 +203,9 @@ def test_an_event_the_policy_does_not_cover_is_never_approved(tmp_path: Path) ->
         pre_hook=_hook(tmp_path, "sys.exit(0)"),
     )
     with SimServer(_scenario(notice=60.0), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
-        _wait(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
+        wait_for(lambda: bool(_affected(sim)) and all(r["started_at"] for r in _affected(sim)))
         resources = _affected(sim)[0]["resources"]
-        _wait(lambda: all(_decisions(agents[name]) for name in resources))
+        wait_for(lambda: all(_decisions(agents[name]) for name in resources))
         approvals = sim.approvals()
         records = [r for name in resources for r in _decisions(agents[name])]
     assert approvals == []
@@ -233,10 +226,12 @@ def test_the_post_hook_runs_once_the_event_is_gone(tmp_path: Path) -> None:
         multi_vm="approve-without-waiting",
     )
     with SimServer(_scenario(ends=20), speed=SPEED).start() as sim, _fleet(sim, tmp_path, policy) as agents:
-        _wait(lambda: bool(_affected(sim)) and all(r["ended_at"] for r in _affected(sim)))
+        wait_for(lambda: bool(_affected(sim)) and all(r["ended_at"] for r in _affected(sim)))
         fact = _affected(sim)[0]
-        _wait(lambda: all(len(_decisions(agents[name])) == 2 for name in fact["resources"]))
-        time.sleep(0.5)  # a few more polls: the post-hook runs once, not once per poll
+        wait_for(lambda: all(len(_decisions(agents[name])) == 2 for name in fact["resources"]))
+        # a few more polls of each VM (no fixed pause): the post-hook runs once, not once per poll
+        polled = {name: agents[name].polls for name in fact["resources"]}
+        wait_for(lambda: all(agents[name].polls >= polled[name] + 5 for name in polled))
         by_vm = {name: _decisions(agents[name]) for name in fact["resources"]}
     for rows in by_vm.values():
         assert [r["decision"] for r in rows] == [rows[0]["decision"], "post_hook"]
@@ -261,7 +256,7 @@ def test_an_approval_sent_before_a_crash_is_recorded_at_the_restart(tmp_path: Pa
         )
         agent = build_agent(settings, approval=policy)
         try:
-            _wait(lambda: bool(_affected(sim)))
+            wait_for(lambda: bool(_affected(sim)))
             agent.poll_once()  # sees the event, runs the hook and approves (no approver thread: inline)
             event_id = _affected(sim)[0]["event_id"]
             ledger = json.loads(agent.outbox.get_state(LEDGER_KEY) or "{}")
@@ -301,7 +296,7 @@ def test_a_hook_cut_short_by_a_restart_is_recorded_once_the_event_went_on(tmp_pa
         )
         agent = build_agent(settings, approval=policy)
         try:
-            _wait(lambda: bool(_affected(sim)))
+            wait_for(lambda: bool(_affected(sim)))
             agent.poll_once()
             event_id = _affected(sim)[0]["event_id"]
             (left,) = _decisions(agent)
@@ -315,7 +310,7 @@ def test_a_hook_cut_short_by_a_restart_is_recorded_once_the_event_went_on(tmp_pa
             agent.close()
         # The event goes on: web-0 approves it (over HTTP, as its collector would).
         ImdsClient(sim.vm_base_url("web-0")).approve(threading.Event(), [event_id], None)
-        _wait(lambda: all(r["started_at"] for r in _affected(sim)))
+        wait_for(lambda: all(r["started_at"] for r in _affected(sim)))
         again = build_agent(settings, approval=policy)
         try:
             again.poll_once()

@@ -7,7 +7,6 @@ import json
 import logging
 import sys
 import threading
-import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ from collector.settings import CollectorSettings
 from collector.windows import DAYS, parse_window
 from collector.wiring import build_agent
 from tests.collector_edges.fake_imds import FakeImds, event
+from tests.helpers import wait_for
 
 
 def _decisions(agent: Collector) -> list[dict[str, Any]]:
@@ -144,14 +144,9 @@ def test_a_users_reboot_is_approved_by_the_first_poll_that_sees_it(
     runner = threading.Thread(target=agent.run, args=(stop,))
     runner.start()
     try:
-        deadline = time.monotonic() + 30
-        while not imds.scheduled():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(imds.scheduled, 30, what="a first poll", interval=0.01)
         imds.set_document(7, [_user("U1")])
-        while not (imds.posts and _decisions(agent)):
-            assert time.monotonic() < deadline, "never approved"
-            time.sleep(0.01)
+        wait_for(lambda: imds.posts and _decisions(agent), 30, what="the approval", interval=0.01)
         saw = [s.at for s in imds.scheduled() if s.incarnation == 7]
         posted_at = imds.posts[0][0]
         rows = _decisions(agent)

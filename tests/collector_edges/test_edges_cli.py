@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from collector.outbox import Outbox
 from sevents import records
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
+from tests.helpers import wait_for
 
 COLLECTOR = str(Path(sys.executable).parent / "sevents-collector")
 
@@ -87,13 +87,6 @@ def run_collector(imds: FakeImds, state: Path, *extra: str) -> subprocess.Popen[
         stderr=subprocess.PIPE,
         env=clean_env(),
     )
-
-
-def wait_for(condition: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_sigterm_drains_and_exits_zero(imds: FakeImds, tmp_path: Path) -> None:

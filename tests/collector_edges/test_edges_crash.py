@@ -20,6 +20,7 @@ from collector.outbox import Outbox
 from collector.transitions import diff
 from tests.collector_edges.fake_imds import INSTANCE, FakeImds, event
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
+from tests.helpers import wait_for
 
 KILLS = 55
 
@@ -69,11 +70,11 @@ def start(imds: FakeImds, state: Path) -> subprocess.Popen[bytes]:
 
 
 def wait_for_polls(imds: FakeImds, after: int, count: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while len(imds.scheduled()) < after + count:
+    def polled() -> bool:
         assert process.poll() is None, "collector died on its own"
-        assert time.monotonic() < deadline, "collector stopped polling"
-        time.sleep(0.01)
+        return len(imds.scheduled()) >= after + count
+
+    wait_for(polled, 30, what=f"{count} polls (the collector stopped polling)", interval=0.01)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from collector.imds_policy import ImdsPolicy
 from collector.settings import CollectorSettings
 from collector.wiring import build_agent
 from tests.collector_edges.fake_imds import INSTANCE, FakeImds, event
+from tests.helpers import wait_for
 
 TRICKLE_FOR_S = 30.0
 
@@ -86,12 +87,10 @@ def test_slow_instance_metadata_never_delays_scheduled_events(imds: FakeImds, se
     runner = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     runner.start()
     try:
-        deadline = time.monotonic() + 30
-        while not imds.scheduled():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_for(imds.scheduled, 30, what="a first poll", interval=0.01)
         first = imds.scheduled()[0].at
-        time.sleep(2.0)
+        # every poll of the first 2 s has arrived once one arrives after them (polls run in turn)
+        wait_for(lambda: imds.scheduled()[-1].at - first > 2.0, 30, what="a poll 2 s after the first")
         polls = [s.at for s in imds.scheduled()]
         # While each instance-metadata try takes its full second and is retried for a minute, Scheduled
         # Events are still asked for every poll_interval (0.05 s); 2 s must hold many polls, not none.

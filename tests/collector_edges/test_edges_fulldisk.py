@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tests.collector_edges.fake_imds import FakeImds
 from tests.collector_edges.fullfs import fill
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
 from tests.collector_edges.test_edges_crash import expected_ids, scenario, wait_for_polls
+from tests.helpers import wait_for
 
 small_fs = fullfs.small_fs  # the fixture, shared with the other full-disk tests
 
@@ -27,6 +29,17 @@ small_fs = fullfs.small_fs  # the fixture, shared with the other full-disk tests
 def stored(state: Path) -> list[dict[str, Any]]:
     with Outbox(state / "outbox.sqlite") as outbox:
         return [json.loads(r.payload) for r in outbox.pending(limit=100_000)]
+
+
+def _told_of_the_full_disk(state: Path) -> bool:
+    """Whether a heartbeat in the running collector's outbox (read only) reports the refused commits."""
+    with contextlib.closing(sqlite3.connect(f"file:{state / 'outbox.sqlite'}?mode=ro", uri=True, timeout=5)) as db:
+        payloads = [json.loads(p) for (p,) in db.execute("SELECT payload FROM records")]
+    return any(
+        set(r.get("poll_errors", ())) & {"outbox_full", "outbox_error"}
+        for r in payloads
+        if r["record_type"] == "heartbeat"
+    )
 
 
 @pytest.fixture
@@ -66,7 +79,7 @@ def test_full_disk_never_stops_the_collector_and_loses_nothing(
         wait_for_polls(imds, len(imds.scheduled()), 3, process)
     filler.unlink()
     wait_for_polls(imds, len(imds.scheduled()), 3, process)
-    time.sleep(0.5)  # a heartbeat after space returned
+    wait_for(lambda: _told_of_the_full_disk(state), 30, what="a heartbeat after space returned")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     records = stored(state)

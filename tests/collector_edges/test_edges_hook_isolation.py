@@ -6,13 +6,13 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from collector.hooks import EXIT_KILLED, run_hook
+from tests.helpers import eventually, wait_for
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the hook supervisor is Linux's")
 
@@ -61,12 +61,7 @@ def _alive(pid: int) -> bool:
 
 
 def _gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return eventually(lambda: not _alive(pid), timeout, interval=0.02)
 
 
 ESCAPES = {
@@ -94,10 +89,7 @@ def test_a_hooks_detached_child_is_gone_after_the_timeout(how: str, tmp_path: Pa
         target=lambda: results.append(run_hook(("sh", "-c", script), {}, timeout_s=2.0, stop=threading.Event()))
     )
     runner.start()
-    deadline = time.monotonic() + 10
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, "the hook's child never started"
-        time.sleep(0.02)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, what="the hook's child to start")
     escaped, hook = int(pid_file.read_text()), int(hook_file.read_text())
     assert _alive(escaped)
     _, group, session = _stat(escaped)
@@ -106,9 +98,7 @@ def test_a_hooks_detached_child_is_gone_after_the_timeout(how: str, tmp_path: Pa
     assert (session == hook_session) is (how == "setpgid")
     if how == "double-fork":
         # Its parent exited; it went to the hook's supervisor (the subreaper, leader of the hook's session), not init.
-        while _stat(escaped)[0] != hook_session:
-            assert time.monotonic() < deadline, f"reparented to {_stat(escaped)[0]}, not the hook's supervisor"
-            time.sleep(0.02)
+        wait_for(lambda: _stat(escaped)[0] == hook_session, 10, what="a reparenting to the hook's supervisor")
     runner.join(timeout=30)
     (result,) = results
     assert result.timed_out and result.exit_code == EXIT_KILLED

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from collector.outbox import Outbox
 from tests.collector_edges.hostile_imds import VM_ID, HostileImds, answers, expected_ids
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
+from tests.helpers import wait_for
 
 # The collector's memory budget is 34 MiB peak RSS (issue 17). Measured on the project's machine: 29.5-29.7 MiB
 # in the 2,000-answer run (three runs), 27.9 MiB polling every 10 ms through its good documents alone, 25.9 MiB at
@@ -57,9 +57,11 @@ def hostile_run(tmp_path: Path, hostile_count: int, seed: int) -> Figures:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=clean_env())
         try:
             # Two requests past the sequence: the poll after the last answer starts only once it was committed.
-            while imds.served < len(sequence) + 2:
+            def served_all() -> bool:
                 assert process.poll() is None, f"collector exited ({process.returncode}) at answer {imds.served}"
-                time.sleep(0.05)
+                return imds.served >= len(sequence) + 2
+
+            wait_for(served_all, float("inf"), what="every answer served")  # bounded by the suite's test timeout
             rss = peak_rss_kib(process.pid)
         finally:
             process.send_signal(signal.SIGTERM)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from collector.instance import FALLBACK_FILE
+from collector.instance import DEFAULT_RETRY, FALLBACK_FILE
 from collector.outbox import Outbox, OutboxRow
 from collector.settings import CollectorSettings
 from collector.wiring import build_agent
 from tests.collector_edges.fake_imds import INSTANCE, SE_VERSIONS, FakeImds, event
+from tests.helpers import FakeClock, wait_for
 
 
 def test_collectors_without_instance_metadata_never_share_transition_ids(
@@ -89,19 +89,19 @@ def test_the_identity_is_learned_once_instance_metadata_recovers(imds: FakeImds,
     was opened also sees its event end."""
     imds.instance_status = 500
     imds.set_document(1, [event("e1")])
-    agent = build_agent(dataclasses.replace(settings, retry_deadline=0.0))
+    clock = FakeClock()  # the identity's retry waits out its backoff on this clock, not the test's
+    agent = build_agent(dataclasses.replace(settings, retry_deadline=0.0), monotonic=clock.monotonic)
     real = INSTANCE["compute"]["vmId"]
     try:
         [first] = agent.poll_once()
         stand_in = first["vm_id"]
         assert stand_in.startswith("unknown-") and first["kind"] == "appeared"
         imds.instance_status = 200
-        deadline = time.monotonic() + 30
-        while agent.instance.identity.vm_id != real:
-            assert time.monotonic() < deadline, "the identity was never fetched again"
-            records = agent.poll_once()
-            assert records == [] or agent.instance.identity.vm_id == real
-            time.sleep(0.05)
+        clock.advance(DEFAULT_RETRY.initial * 0.4)  # within the first retry's wait (at least half of it): no try
+        assert agent.poll_once() == [] and agent.instance.identity.vm_id == stand_in
+        clock.advance(DEFAULT_RETRY.initial * 0.6)  # the wait is over: the next poll fetches the identity again
+        records = agent.poll_once()
+        assert agent.instance.identity.vm_id == real
         # The poll that learned it (identity is read before the diff): the stand-in's last word, then e1 afresh.
         assert [(r["record_type"], r["vm_id"]) for r in records] == [("heartbeat", stand_in), ("transition", real)]
         assert records[0]["final"] is True
@@ -129,10 +129,7 @@ def test_the_first_poll_waits_while_instance_metadata_fails_once(imds: FakeImds,
     runner = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     runner.start()
     try:
-        deadline = time.monotonic() + 60
-        while not [r for r in agent.outbox.pending() if r.record_type == "transition"]:
-            assert time.monotonic() < deadline, "nothing recorded"
-            time.sleep(0.02)
+        wait_for(lambda: [r for r in agent.outbox.pending() if r.record_type == "transition"], 60, what="a transition")
     finally:
         stop.set()
         runner.join(timeout=10)

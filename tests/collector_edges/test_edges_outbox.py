@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from collector.outbox import (
     OutboxIOError,
 )
 from sevents.records import encode
+from tests.helpers import wait_for
 
 
 def transition(n: int, pad: int = 0) -> dict[str, Any]:
@@ -189,6 +190,10 @@ READER = textwrap.dedent(
 )
 
 
+def _removed_some(outbox: Outbox, committed: int) -> bool:
+    return outbox.depth() < committed
+
+
 def test_second_process_reads_and_removes_concurrently(tmp_path: Path) -> None:
     """An ingest-like process removing rows while we commit gets every record exactly once, in seq order."""
     path = tmp_path / "o.sqlite"
@@ -203,10 +208,7 @@ def test_second_process_reads_and_removes_concurrently(tmp_path: Path) -> None:
             if n == total // 2:
                 # Go on only once the reader has removed rows, so the second half is committed while it removes
                 # (a depth that merely stops growing could also mean a reader that never ran).
-                deadline = time.monotonic() + 60
-                while outbox.depth() == len(committed):
-                    assert time.monotonic() < deadline, "the reader never removed anything"
-                    time.sleep(0.01)
+                wait_for(functools.partial(_removed_some, outbox, len(committed)), 60, interval=0.01)
         out, _ = reader.communicate(timeout=90)
         removed = json.loads(out)
         assert removed == committed == list(range(1, total + 1))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from hypothesis import given
@@ -13,6 +12,7 @@ from collector.outbox import Outbox
 from collector.ship import Shipper, ship_now
 from sevents.retry import Backoff
 from tests.collector_edges.test_edges_agent import ScriptedSink
+from tests.helpers import wait_for
 
 QUICK = Backoff(initial=0.01, cap=0.02)
 
@@ -70,9 +70,7 @@ def test_run_ships_and_stops_promptly(tmp_path: Path) -> None:
         worker.start()
         fill(outbox, 5)
         shipper.wake()
-        deadline = time.monotonic() + 30
-        while outbox.depth() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: outbox.depth() == 0, 30, what="the outbox to drain", interval=0.01)
         stop.set()
         worker.join(timeout=10)
         assert not worker.is_alive()

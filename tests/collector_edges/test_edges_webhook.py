@@ -17,6 +17,7 @@ from collector.settings import load_settings
 from sevents.errors import ConfigError
 from tests.collector_edges.fake_imds import FakeImds, event
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
+from tests.helpers import wait_for
 
 
 class Receiver:
@@ -70,15 +71,12 @@ def test_a_preempt_reaches_the_webhook_within_one_poll(imds: FakeImds, tmp_path:
     hook = Receiver(fail=1)
     collector = _run(imds, tmp_path / "state", hook)
     try:
-        deadline = time.monotonic() + 60
-        while not _served_after(imds, 0) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: _served_after(imds, 0), 60, what="a first poll")
         appeared = time.monotonic()
         imds.set_document(2, [event("PRE-1", event_type="Preempt"), event("RB-1", event_type="Reboot")])
-        while not hook.received and time.monotonic() < deadline:
-            time.sleep(0.02)
-        while len(_served_after(imds, appeared)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the polls after the one that saw it: what the POST is compared with
+        wait_for(lambda: hook.received, 60, what="the webhook's POST", interval=0.02)
+        # the polls after the one that saw it: what the POST is compared with
+        wait_for(lambda: len(_served_after(imds, appeared)) >= 3, 60, what="three polls after the change")
         polls = _served_after(imds, appeared)
         collector.send_signal(signal.SIGTERM)
         _, err = collector.communicate(timeout=30)
@@ -117,12 +115,9 @@ def test_a_chat_tool_gets_its_own_shape_of_message(imds: FakeImds, tmp_path: Pat
     hook = Receiver()
     collector = _run(imds, tmp_path / "state", hook, SEVENTS_WEBHOOK_FORMAT=fmt)
     try:
-        deadline = time.monotonic() + 60
-        while not _served_after(imds, 0) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: _served_after(imds, 0), 60, what="a first poll")
         imds.set_document(2, [event("PRE-9", event_type="Preempt")])
-        while not hook.received and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: hook.received, 60, what="the webhook's POST", interval=0.02)
         collector.send_signal(signal.SIGTERM)
         _, err = collector.communicate(timeout=30)
     finally:

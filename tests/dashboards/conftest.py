@@ -22,6 +22,7 @@ from ingest.migrate import Target, migrate
 from ingest.source_outbox import OutboxSource
 from ingest.writer import Writer
 from simulator import SimServer, load_scenario
+from tests.helpers import wait_for
 
 SCENARIO = Path(__file__).parent / "fixtures" / "dash-scenario.toml"
 POLL_S = 0.2
@@ -74,7 +75,13 @@ def _run_fleet(state: Path) -> dict[str, Any]:
         follower = threading.Thread(target=downtimes.run, args=(stop,), name="downtimes", daemon=True)
         follower.start()
         _wait_settled(sim, timeout=90)
-        time.sleep(3 * POLL_S)  # every collector sees the last disappearance
+        settled_at = datetime.now(UTC)
+        # every collector sees the last disappearance: two answers after it, the first one's poll then committed
+        wait_for(
+            lambda: all(len([t for t in sim.served(n) if t > settled_at]) >= 2 for n in sim.vm_names),
+            30,
+            what="two polls of every VM after the scenario settled",
+        )
         stop.set()
         follower.join(15)
         downtimes.release()
@@ -108,15 +115,14 @@ def _run_fleet(state: Path) -> dict[str, Any]:
 
 def _wait_settled(sim: SimServer, timeout: float) -> None:
     """Until every scenario event but the deliberately pending ones has ended."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def settled() -> bool:
         truth = sim.truth()
         labels = {row["label"] for row in truth}
-        settled = all(row["outcome"] != "active" for row in truth if row["label"] not in PENDING)
-        if settled and set(PENDING) <= labels and len(labels) >= 8:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the scenario did not settle")
+        ended = all(row["outcome"] != "active" for row in truth if row["label"] not in PENDING)
+        return ended and set(PENDING) <= labels and len(labels) >= 8
+
+    wait_for(settled, timeout, what="the scenario to settle", interval=0.2)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

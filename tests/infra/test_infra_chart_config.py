@@ -36,6 +36,8 @@ from tests.infra.test_infra_helm import REQUIRED, render_py, with_required
 pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is not installed here")
 from helm_python.errors import HelmRenderError, HelmValuesError
 
+from tests.helpers import wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "infra/helm/sevents-collector"
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
@@ -532,14 +534,14 @@ def test_the_charts_probes_pass_against_a_collector_started_from_the_pods_config
         stderr=subprocess.DEVNULL,
         env=clean_env(**env, **overrides),
     )
+
+    def passes(probe: dict[str, Any]) -> bool:
+        assert process.poll() is None, "the collector exited"
+        return kubelet_probe(probe, container, "127.0.0.1")
+
     try:
-        deadline = time.monotonic() + 60
-        while not kubelet_probe(probes[0], container, "127.0.0.1"):  # kubelet repeats the startup probe
-            assert process.poll() is None and time.monotonic() < deadline, "the startup probe never passed"
-            time.sleep(0.1)
-        while not kubelet_probe(probes[2], container, "127.0.0.1"):  # readiness follows the first poll
-            assert process.poll() is None and time.monotonic() < deadline, "the readiness probe never passed"
-            time.sleep(0.1)
+        wait_for(lambda: passes(probes[0]), 60, what="the startup probe", interval=0.1)  # kubelet repeats it
+        wait_for(lambda: passes(probes[2]), 60, what="the readiness probe", interval=0.1)  # after the first poll
         assert kubelet_probe(probes[1], container, "127.0.0.1")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0

@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from dashboards.templating import Selection
 from demo.fleetrun import start
 from tests.dashboards.dash_helpers import all_of, context, dashboards, panel, run
+from tests.helpers import eventually
 
 
 def _everything(client: Any, since: datetime, until: datetime) -> dict[str, Selection]:
@@ -149,14 +149,17 @@ def test_a_user_initiated_reboot_waits_for_not_before_unless_the_preset_approves
         clickhouse=f"chdb://{ch_path}",
         database="sevents",
     )
+    waiting: list[Any] = []
+
+    def shown_waiting() -> bool:
+        ids = [t["event_id"] for t in fleet.sim.truth() if t["first_visible_at"] is not None]
+        shown = _user_waits(fleet.client, ch_path, ids[0], began)[0] if ids else []
+        waiting[:] = [r for r in shown if r["wait_state"] == "waiting"]
+        return bool(waiting)
+
     try:
-        waiting: list[Any] = []
-        deadline = time.monotonic() + 60
-        while not preset and not waiting and time.monotonic() < deadline:  # Scheduled: shown waiting
-            ids = [t["event_id"] for t in fleet.sim.truth() if t["first_visible_at"] is not None]
-            shown = _user_waits(fleet.client, ch_path, ids[0], began)[0] if ids else []
-            waiting = [r for r in shown if r["wait_state"] == "waiting"]
-            time.sleep(0.2)
+        if not preset:  # Scheduled: shown waiting (asserted below, after the run)
+            eventually(shown_waiting, 60, interval=0.2)
         assert fleet.sim.wait_done(60), fleet.sim.status()
         fleet.finish()
         (fact,) = fleet.sim.truth()

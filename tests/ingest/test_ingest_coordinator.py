@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,6 +30,7 @@ from ingest.coordinator_settings import CoordinatorSettings, load, problems
 from ingest.handler import Handler
 from sevents.errors import ConfigError
 from tests.eventhubs.azurite import AZURITE, running_azurite
+from tests.helpers import FakeClock, wait_for
 
 from .conftest import deliveries
 from .coordinator_data import appeared, decided, decisions, event
@@ -38,6 +39,7 @@ from .fake_maintenance import FakeMaintenance
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("web-0", "web-1", "web-2")
+RESUMING = "resuming a decision another coordinator did not finish"  # the survivor's log line
 
 
 @pytest.fixture
@@ -91,26 +93,35 @@ def _settings(
     return replace(base, **overrides)
 
 
-def _coordinator(s: CoordinatorSettings, ch: Any, db: str) -> Coordinator:
+def _coordinator(s: CoordinatorSettings, ch: Any, db: str, clock: FakeClock) -> Coordinator:
     credential = make_credential(s.credential)
     acks = Acknowledger(credential, s.arm_endpoint, s.api_version, name=s.coordinator_name, timeout_s=5)
-    return Coordinator(s, Store(ch, db), acks, make_leases(s))
+    return Coordinator(s, Store(ch, db), acks, make_leases(s), clock=clock.now)
+
+
+def _whole_ms(moment: datetime) -> datetime:
+    """``moment`` cut to the millisecond, as decided_at is stored: the fake clock's steps then compare exactly."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def _drive(
-    coordinator: Coordinator, handler: Handler, t0: datetime, timeline: list[tuple[float, dict[str, Any]]], until: float
+    coordinator: Coordinator,
+    handler: Handler,
+    clock: FakeClock,
+    timeline: list[tuple[float, dict[str, Any]]],
+    until: float,
 ) -> dict[int, float]:
-    """Store each record of ``timeline`` at t0 + its offset, polling the coordinator every 0.2 s until t0 + until;
-    returns when (time.time()) each record was stored."""
+    """Store each record of ``timeline`` once the coordinator's clock reaches its offset, polling the coordinator
+    at every 0.2 s step of that clock (as its loop does every poll_interval) until ``until``; returns when (real
+    time.time(), as the Maintenance API records its acknowledges) each record was stored."""
     stored: dict[int, float] = {}
-    start = time.time() - (datetime.now(UTC) - t0).total_seconds()
-    while time.time() < start + until:
+    while clock.elapsed < until:
         for i, (offset, record) in enumerate(timeline):
-            if i not in stored and time.time() >= start + offset:
+            if i not in stored and clock.elapsed >= offset:
                 handler(deliveries([record], prefix=f"r{i}"))
                 stored[i] = time.time()
         coordinator.once()
-        time.sleep(0.2)
+        clock.advance(0.2)
     return stored
 
 
@@ -119,14 +130,15 @@ def test_three_vms_are_approved_after_the_last_ready_record_and_not_before(
 ) -> None:
     """Hooks of 1, 3 and 5 s: one acknowledge, after the third ready record, on the first VM's resource."""
     arg, maintenance, connection_string = azure
-    coordinator = _coordinator(_settings(maintenance, connection_string, tmp_path / "leases"), ch, db)
-    t0 = datetime.now(UTC)
+    t0 = _whole_ms(datetime.now(UTC))
+    clock = FakeClock(t0)  # the hooks' 1, 3 and 5 s pass on the coordinator's clock, not the test's
+    coordinator = _coordinator(_settings(maintenance, connection_string, tmp_path / "leases"), ch, db, clock)
     e = event("E-three", NAMES, t0 + timedelta(minutes=15))
     handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
     timeline = [
         (s, decided(e, name, "ready", t0 + timedelta(seconds=s), s)) for s, name in zip((1, 3, 5), NAMES, strict=True)
     ]
-    stored = _drive(coordinator, handler, t0, timeline, until=7.0)
+    stored = _drive(coordinator, handler, clock, timeline, until=7.0)
 
     (ack,) = maintenance.acks
     assert ack.status == 200 and ack.event_id == "E-three" and ack.api_version == "2025-11-01"
@@ -142,14 +154,8 @@ def test_three_vms_are_approved_after_the_last_ready_record_and_not_before(
     )
     decided_at = record["decided_at"].replace(tzinfo=UTC)
     assert decided_at >= t0 + timedelta(seconds=5)
-    print(
-        "three-VM timeline (s after t0): ready",
-        [round(stored[i] - t0.timestamp(), 2) for i in range(3)],
-        "acknowledge POST",
-        round(ack.at - t0.timestamp(), 2),
-        "approved decided_at",
-        round((decided_at - t0).total_seconds(), 2),
-    )
+    approved_after = round((decided_at - t0).total_seconds(), 2)
+    print("three-VM timeline (s after t0): ready", [s for s, _ in timeline], "approved", approved_after)
     assert arg.log.tokens_issued >= 1
 
 
@@ -160,8 +166,10 @@ def test_a_failed_or_silent_vm_leaves_the_event_to_the_platform_at_the_deadline(
     """Two VMs ready, the third failed its hook or never reported: nothing is POSTed, and at NotBefore - deadline_s
     the coordinator records the event as left to the platform."""
     _, maintenance, connection_string = azure
-    coordinator = _coordinator(_settings(maintenance, connection_string, tmp_path / "leases", deadline_s=3.0), ch, db)
-    t0 = datetime.now(UTC)
+    t0 = _whole_ms(datetime.now(UTC))
+    clock = FakeClock(t0)
+    s = _settings(maintenance, connection_string, tmp_path / "leases", deadline_s=3.0)
+    coordinator = _coordinator(s, ch, db, clock)
     e = event("E-" + third, NAMES, t0 + timedelta(seconds=6))
     handler(deliveries([appeared(e, name, t0) for name in NAMES], prefix="appeared"))
     timeline = [
@@ -170,7 +178,7 @@ def test_a_failed_or_silent_vm_leaves_the_event_to_the_platform_at_the_deadline(
     ]
     if third == "hook_failed":
         timeline.append((1.5, decided(e, "web-2", "hook_failed", t0 + timedelta(seconds=1.5), 1.5, hook_exit=3)))
-    _drive(coordinator, handler, t0, timeline, until=4.5)
+    _drive(coordinator, handler, clock, timeline, until=4.5)
 
     assert maintenance.acks == []
     (record,) = decisions(ch, db)
@@ -263,14 +271,6 @@ def _start(name: str, directory: Path, config: Path, env: dict[str, str], log: P
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def _wait(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.1)
-
-
 def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
     tmp_path: Path, azure: tuple[FakeArg, FakeMaintenance, str]
 ) -> None:
@@ -306,7 +306,7 @@ def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
         env["SEVENTS_COORDINATOR_LEASE_CONNECTION_STRING"] = connection_string
     procs = {n: _start(n, d, config, env, tmp_path / f"{n}.log") for n, d in directories.items()}
     try:
-        _wait(lambda: maintenance.held.is_set() or any(p.poll() is not None for p in procs.values()), 60)
+        wait_for(lambda: maintenance.held.is_set() or any(p.poll() is not None for p in procs.values()), 60)
         assert maintenance.held.is_set(), [(tmp_path / f"{n}.log").read_text(errors="replace") for n in procs]
         held = next(a for a in maintenance.acks if a.status == 200)
         victim = next(n for n in procs if f"({n})" in held.user_agent)
@@ -315,8 +315,10 @@ def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
         procs[victim].wait(10)
         killed_at = time.time()
         # the survivor acknowledges the other events and, once the lease is gone, records the held one
-        _wait(lambda: len({a.event_id for a in maintenance.acks}) == 3, 60)
-        time.sleep(18)  # past the victim's lease: the survivor resumes the held event
+        wait_for(lambda: len({a.event_id for a in maintenance.acks}) == 3, 60)
+        # past the victim's lease the survivor resumes the held event; a SIGTERM lets it finish storing it
+        survivor_log = tmp_path / f"{survivor}.log"
+        wait_for(lambda: RESUMING in survivor_log.read_text(errors="replace"), 60, what="the survivor to resume")
     finally:
         for proc in procs.values():
             if proc.poll() is None:
@@ -335,7 +337,7 @@ def test_two_coordinators_one_killed_mid_decision_acknowledge_each_event_once(
     assert resumed in rows[survivor] and resumed["http_status"] is None  # sent by the victim, answer unheard
     assert resumed["approver"] == victim and resumed["vm_name"] == victim
     assert datetime.fromisoformat(resumed["decided_at"].replace("Z", "+00:00")).timestamp() < killed_at
-    assert "resuming a decision another coordinator did not finish" in logs[survivor]
+    assert RESUMING in logs[survivor]
 
 
 # -- local leases (lease_backend = "local") ---------------------------------------------------------------------

@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ingest.clickhouse import _locked
+from tests.helpers import wait_for
 
 
 @pytest.mark.slow
@@ -91,11 +91,13 @@ def test_demo_refuses_a_workdir_whose_clickhouse_another_process_holds(tmp_path:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+    def opened() -> bool:
+        assert holder.poll() is None, "the holder exited"
+        return _locked(directory)
+
     try:
-        deadline = time.monotonic() + 60
-        while not _locked(directory):
-            assert holder.poll() is None and time.monotonic() < deadline, "the holder never opened the directory"
-            time.sleep(0.2)
+        wait_for(opened, 60, what="the holder to open the directory", interval=0.2)
         refused = _demo("--workdir", str(tmp_path / "work"), "--timeout", "1")
         assert refused.returncode == 1 and "open in another process" in refused.stderr
         assert (directory / "status").is_file() and _locked(directory)

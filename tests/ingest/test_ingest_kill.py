@@ -16,6 +16,7 @@ import pytest
 
 from collector.outbox import Outbox
 from demo import synthetic
+from tests.helpers import wait_for
 
 HERE = Path(__file__).parent
 CLI = [sys.executable, "-m", "ingest.cli"]
@@ -61,12 +62,13 @@ def test_sigkill_between_insert_and_ack_then_three_loads_leave_the_same_counts(t
         [sys.executable, str(HERE / "ingest_killable.py"), str(tmp_path / "vm-*"), str(ch_dir), str(marker)],
         stderr=subprocess.DEVNULL,
     )
+
+    def stored_a_batch() -> bool:
+        assert killable.poll() is None, "the ingest died before storing a batch"
+        return marker.exists()
+
     try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert killable.poll() is None, "the ingest died before storing a batch"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(stored_a_batch, 60, what="a stored batch")
     finally:
         killable.send_signal(signal.SIGKILL)
         killable.wait(10)
@@ -102,10 +104,7 @@ def test_audit_and_report_work_while_the_ingest_runs_and_sigterm_stops_it(tmp_pa
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while depth(tmp_path / "vm-0") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert depth(tmp_path / "vm-0") == 0
+        wait_for(lambda: depth(tmp_path / "vm-0") == 0, 60, what="the outbox to drain", interval=0.1)
         audit = subprocess.run(
             [*CLI, "audit", "counts", "--clickhouse", target, "--format", "json"],
             capture_output=True,
@@ -224,10 +223,8 @@ def test_an_ingest_finding_the_directory_locked_waits_for_it_with_a_message(tmp_
     )
     second: subprocess.Popen[str] | None = None
     try:
-        deadline = time.monotonic() + 60
-        while depth(tmp_path / "a" / "vm-0") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert depth(tmp_path / "a" / "vm-0") == 0  # the first holds the directory now
+        # the first holds the directory once it drained its outbox
+        wait_for(lambda: depth(tmp_path / "a" / "vm-0") == 0, 60, what="the first to drain", interval=0.1)
         run_b = [*CLI, "run", "--source", f"outbox:{tmp_path / 'b' / 'vm-*'}", "--clickhouse", target, "--until-idle"]
         impatient = subprocess.run(
             [*run_b, "--clickhouse-lock-wait", "1"],

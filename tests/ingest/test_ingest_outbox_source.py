@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from collector.outbox import Outbox
 from demo import synthetic
 from ingest.batching import BatchPolicy
 from ingest.handler import Handler
+from ingest.metrics import IngestMetrics
 from ingest.migrate import Target, migrate
 from ingest.source_outbox import OutboxSource, resolve
 from ingest.writer import Writer
 from sevents.retry import Backoff
+from sevents.telemetry import make_meter_provider
 from tests.collector_edges import fullfs
 from tests.collector_edges.fullfs import fill
+from tests.helpers import FakeClock, metric_points, wait_for
 
 from .conftest import scalar
+
+
+def _failed_attempts(reader: InMemoryMetricReader) -> int:
+    return sum(p.value for p in metric_points(reader).get("sevents.ingest.insert.failures", []))
+
 
 small_fs = fullfs.small_fs  # the fixture, shared with the other full-disk tests
 
@@ -89,9 +98,7 @@ def test_reading_while_collectors_keep_writing_loses_and_duplicates_nothing(
     for n in range(60):
         for i, box in enumerate(boxes):
             box.commit([synthetic.transition(vm_index=i, event_id=f"E-{n}", incarnation=n)], None)
-    deadline = time.monotonic() + 30
-    while any(b.depth() for b in boxes) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: not any(b.depth() for b in boxes), 30, what="the outboxes to drain", interval=0.02)
     stop.set()
     reader.join(10)
     assert [b.depth() for b in boxes] == [0, 0, 0]
@@ -106,21 +113,23 @@ def test_clickhouse_unavailable_nothing_acknowledged_then_nothing_lost(
     box = make_outbox("vm-0", synthetic.lifecycle("E-1", 0) + synthetic.lifecycle("E-2", 0))
     ch.command(f"DROP DATABASE {db}")
     stop = threading.Event()
-    handler = Handler(Writer(ch, db), source="outbox", stop=stop, backoff=Backoff(initial=0.01, cap=0.05))
+    reader = InMemoryMetricReader()
+    metrics = IngestMetrics.create(make_meter_provider("test", readers=[reader], env={}))
+    handler = Handler(
+        Writer(ch, db), source="outbox", stop=stop, backoff=Backoff(initial=0.01, cap=0.05), metrics=metrics
+    )
     source = OutboxSource(
         [str(tmp_path / "*")], policy=BatchPolicy(max_records=4, max_wait_s=0.01), poll_interval_s=0.01
     )
-    reader = threading.Thread(target=source.run, args=(handler, stop))
-    reader.start()
-    time.sleep(0.5)
+    worker = threading.Thread(target=source.run, args=(handler, stop))
+    worker.start()
+    wait_for(lambda: _failed_attempts(reader) >= 3, 30, what="three failed attempts")
     assert box.depth() == 6  # nothing acknowledged while nothing could be stored
-    assert reader.is_alive()
+    assert worker.is_alive()
     migrate(ch, Target(database=db))
-    deadline = time.monotonic() + 20
-    while box.depth() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: box.depth() == 0, 20, what="the outbox to drain", interval=0.02)
     stop.set()
-    reader.join(10)
+    worker.join(10)
     assert box.depth() == 0
     assert scalar(ch, f"SELECT count() FROM {db}.transitions FINAL") == 6
 
@@ -135,7 +144,7 @@ def test_stopping_during_an_outage_acknowledges_nothing(
     handler = Handler(Writer(ch, db), source="outbox", stop=stop, backoff=Backoff(initial=0.01, cap=0.05))
     reader = threading.Thread(target=OutboxSource([str(tmp_path / "*")]).run, args=(handler, stop))
     reader.start()
-    time.sleep(0.3)
+    wait_for(lambda: handler.failing_since is not None, 30, what="a failed insert")  # stopped mid-outage
     stop.set()
     reader.join(10)
     assert not reader.is_alive()
@@ -148,28 +157,39 @@ def test_an_outbox_that_cannot_be_changed_is_backed_off(small_fs: Path) -> None:
     collector_side = Outbox(small_fs / "vm" / "outbox.sqlite")  # held open, as a running collector does
     collector_side.commit([synthetic.heartbeat(vm_index=1)], None)
     filler: list[Path] = []
+    clock = FakeClock()  # the rests between tries are on this clock; the polls run in real time
     deliveries: list[float] = []
 
     def deliver(batch: Any) -> None:
-        deliveries.append(time.monotonic())
+        deliveries.append(clock.elapsed)
         if not filler:
             filler.append(fill(small_fs))  # stored downstream, then the disk fills before the rows leave
 
     policy = BatchPolicy(max_records=10, max_bytes=1_000_000, max_wait_s=0.0)
-    source = OutboxSource([str(small_fs / "vm")], policy=policy, poll_interval_s=0.01, backoff=Backoff(1.0, cap=1.0))
+    source = OutboxSource(
+        [str(small_fs / "vm")],
+        policy=policy,
+        poll_interval_s=0.01,
+        backoff=Backoff(1.0, cap=1.0),
+        monotonic=clock.monotonic,
+    )
     stop = threading.Event()
     worker = threading.Thread(target=source.run, args=(deliver, stop), daemon=True)
     worker.start()
     try:
-        time.sleep(3.0)
-        # Each retry waits at least half the 1 s backoff: at most 1 + 3.0 / 0.5 deliveries, not one per poll.
-        assert 2 <= len(deliveries) <= 7
+        wait_for(lambda: deliveries, 30, what="the first delivery")
+        clock.wait_reads(50)  # many polls while time stands still
+        clock.advance(0.45)  # less than the shortest rest (half the 1 s backoff)
+        clock.wait_reads(50)
+        assert deliveries == [0.0]  # resting, not one try per poll
         assert collector_side.depth() == 1
+        clock.advance(0.55)  # the longest rest is over: tried again, once
+        wait_for(lambda: len(deliveries) == 2, 30, what="the second try")
+        clock.wait_reads(50)
+        assert deliveries == [0.0, 1.0] and collector_side.depth() == 1
         filler[0].unlink()
-        deadline = time.monotonic() + 30
-        while collector_side.depth():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        clock.advance(1.0)
+        wait_for(lambda: collector_side.depth() == 0, 30, what="the rows to leave once space returned")
     finally:
         stop.set()
         worker.join(timeout=10)

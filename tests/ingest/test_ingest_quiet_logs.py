@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ingest.readpath import socket_path
+from tests.helpers import wait_for
 from tests.ingest.test_ingest_kill import CLI, dataset, depth, fill_outbox
 
 
@@ -32,12 +33,13 @@ def running_ingest(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
         text=True,
     )
     lines: list[str] = []
+
+    def serving() -> bool:
+        assert runner.poll() is None, "the ingest exited"
+        return depth(tmp_path / "vm-0") == 0 and socket_path(tmp_path / "ch").exists()
+
     try:
-        deadline = time.monotonic() + 90
-        while (depth(tmp_path / "vm-0") or not socket_path(tmp_path / "ch").exists()) and time.monotonic() < deadline:
-            assert runner.poll() is None, "the ingest exited"
-            time.sleep(0.1)
-        assert depth(tmp_path / "vm-0") == 0
+        wait_for(serving, 90, what="the ingest to drain and answer on its socket", interval=0.1)
         yield target, lines
     finally:
         runner.send_signal(signal.SIGTERM)

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,7 @@ from ingest import cli
 from ingest import reconcile_rows as rr
 from ingest.handler import Handler
 from ingest.settings import arm_endpoint_problems
+from tests.helpers import wait_for
 
 from .conftest import deliveries, scalar
 from .fake_arg import FakeArg
@@ -439,10 +439,8 @@ def test_the_periodic_worker_passes_every_interval_and_stops_on_sigterm(tmp_path
         [*args, "--clickhouse", f"chdb://{tmp_path / 'ch'}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 120
-        while len(fake.arg_requests()) < 8 and time.monotonic() < deadline:  # two passes of four queries
-            time.sleep(0.1)
-        assert len(fake.arg_requests()) >= 8
+        # two passes of four queries
+        wait_for(lambda: len(fake.arg_requests()) >= 8, 120, what="two passes of queries", interval=0.1)
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=30)
         assert worker.returncode == 0, err

@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.collector_edges.fake_imds import FakeImds, event
+from tests.helpers import wait_for
 
 BIN = Path(sys.executable).parent
 
@@ -79,9 +79,7 @@ def test_one_transition_is_followed_from_the_vm_to_its_row(tmp_path: Path) -> No
     argv = [str(BIN / "sevents-collector"), "run", "--imds-url", imds.base_url, "--state-dir", str(state)]
     collector = subprocess.Popen([*argv, "--min-request-interval", "0"], env=env, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while not _committed(state) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: _committed(state), 60, what="a committed transition", interval=0.1)
         collector.send_signal(signal.SIGTERM)
         _, err = collector.communicate(timeout=30)
         assert collector.returncode == 0, err.decode()

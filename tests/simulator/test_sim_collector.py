@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,6 +27,7 @@ from sevents.records import parse_time
 from simulator import BUILTIN_SCENARIOS, SimServer, load_scenario
 from simulator.engine import Engine
 from simulator.scenario import Scenario
+from tests.helpers import wait_for
 from tests.simulator.conftest import HEADERS, events_url, small_scenario
 
 POLL = 0.1  # wall seconds between polls
@@ -100,10 +100,7 @@ class Watcher:
     def settle(self, timeout: float = 30.0) -> None:
         """Wait for two more polls: the first began after now, and polls run in turn, so it was committed."""
         target = self.agent.polls + 2
-        deadline = time.monotonic() + timeout
-        while self.agent.polls < target:
-            assert time.monotonic() < deadline, f"{self.vm}: the collector stopped polling"
-            time.sleep(POLL / 5)
+        wait_for(lambda: self.agent.polls >= target, timeout, what=f"{self.vm}'s next polls", interval=POLL / 5)
 
     def close(self) -> None:
         self.stop.set()
@@ -198,12 +195,16 @@ def test_collector_rides_out_injected_faults(start_sim: Callable[..., SimServer]
     watcher = Watcher(server, "web-1", tmp_path / "web-1", "2020-07-01")
     watcher.thread.start()
     try:
-        deadline = time.monotonic() + 30
-        recovered = 0  # polls in a row that succeeded after the last fault was handed out
-        while recovered < 3 and time.monotonic() < deadline:
-            time.sleep(POLL)
-            ok = not server.faults.pending() and watcher.records and watcher.agent.last_poll_ok
-            recovered = recovered + 1 if ok else 0
+        streak = {"polls": -1, "ok": 0}  # polls in a row that succeeded after the last fault was handed out
+
+        def recovered() -> bool:
+            if watcher.agent.polls != streak["polls"]:
+                streak["polls"] = watcher.agent.polls
+                ok = not server.faults.pending() and watcher.records and watcher.agent.last_poll_ok
+                streak["ok"] = streak["ok"] + 1 if ok else 0
+            return streak["ok"] >= 3
+
+        wait_for(recovered, 30, what="three good polls after the last fault", interval=POLL / 5)
         event_id = watcher.records[0]["event_id"]
         with requests.Session() as http:
             http.trust_env = False

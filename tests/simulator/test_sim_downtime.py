@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -10,17 +9,16 @@ import requests
 
 from simulator import SimServer, load_scenario
 from simulator.state import DownSpan
+from tests.helpers import wait_for
 from tests.simulator.conftest import HEADERS, events_url
 
 
 def _first_span(server: SimServer, vm: str) -> DownSpan:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        spans = [d for d in server.downtime() if d.vm_name == vm]
-        if spans:
-            return spans[0]
-        time.sleep(0.01)
-    raise AssertionError(f"{vm} never went down")
+    def spans() -> list[DownSpan]:
+        return [d for d in server.downtime() if d.vm_name == vm]
+
+    wait_for(spans, 30, what=f"{vm} to go down", interval=0.01)
+    return spans()[0]
 
 
 def test_a_down_vm_is_answered_only_once_it_runs_again(
@@ -42,9 +40,7 @@ def test_downtime_is_served_as_ground_truth(start_sim: Callable[..., SimServer],
     """``/_sim/downtime`` lists each stretch a VM was down: its event (none for an unannounced pause) and how."""
     server = start_sim("vm-downtime", speed=2000.0)
     assert server.wait_done(30)
-    deadline = time.monotonic() + 10
-    while len(server.downtime()) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: len(server.downtime()) >= 3, 10, what="three stretches of downtime")
     spans = http.get(f"{server.base_url}/_sim/downtime", timeout=10).json()
     got = sorted((s["vm_name"], s["how"], s["down_s"], s["event_id"] == "") for s in spans)
     assert got == [("web-0", "pause", 4.0, False), ("web-1", "reboot", 5.0, False), ("web-2", "pause", 3.0, True)]

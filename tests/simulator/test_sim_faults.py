@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from simulator import SimServer
+from tests.helpers import FakeClock
 from tests.simulator.conftest import HEADERS, events_url, small_scenario
 
 EVENTS = [{"label": "freeze", "group": "web", "type": "Freeze", "at": 0}]
@@ -130,13 +131,14 @@ def test_scenario_faults_arm_at_their_time(start_sim: Callable[..., SimServer], 
         {"vms": ["*"], "kind": "slow", "seconds": 0.2},
         {"vms": ["web-1"], "kind": "429", "count": 1, "at": 600, "retry_after": 2},
     ]
-    server = start_sim(small_scenario(EVENTS, faults=faults), speed=1000.0)
+    clock = FakeClock()  # scenario time moves when the test says; the slow call's 0.2 s is wall time
+    server = start_sim(small_scenario(EVENTS, faults=faults), speed=1000.0, clock=clock)
     began = time.monotonic()
     assert get(server, http, "web-1").status_code == 200
     assert time.monotonic() - began >= 0.2
     pending = http.get(server.base_url + "/_sim/faults").json()
     assert {(f["vm"], f["kind"]) for f in pending} >= {("web-1", "429")}
-    time.sleep(0.7)
+    clock.advance(0.7)  # 700 scenario seconds: past the 429's 600
     r = get(server, http, "web-1")
     assert r.status_code == 429 and r.headers["Retry-After"] == "2"
 

@@ -4,7 +4,6 @@ Resources, exactly as a POST of StartRequests to IMDS does; Azure's answers for 
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 from simulator import SimServer, maintenance
 from simulator.loader import parse_scenario
+from tests.helpers import eventually
 from tests.tiers import examples
 
 API = "api-version=2025-11-01"
@@ -54,12 +54,13 @@ def _ack_url(sim: SimServer, resource: str, event_id: str, query: str = API) -> 
 
 
 def _started(sim: SimServer, vms: list[str], timeout: float = 10.0) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        statuses = {vm: _document(sim, vm)[0]["EventStatus"] for vm in vms}
-        if set(statuses.values()) == {"Started"} or time.monotonic() > deadline:
-            return statuses
-        time.sleep(0.05)
+    """Each VM's event status, once all are Started (or as they are at the timeout)."""
+
+    def statuses() -> dict[str, str]:
+        return {vm: _document(sim, vm)[0]["EventStatus"] for vm in vms}
+
+    eventually(lambda: set(statuses().values()) == {"Started"}, timeout)
+    return statuses()
 
 
 def test_an_acknowledge_releases_the_event_for_every_vm_in_resources_as_an_imds_post_does() -> None:
