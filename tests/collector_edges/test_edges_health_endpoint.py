@@ -24,10 +24,10 @@ from collector.outbox import DEFAULT_RESERVE_BYTES
 from collector.probes import LIVE_MAX_AGE_S, alive_problem, live_check, outbox_problem, poll_problem
 from sevents import prometheus
 from tests.collector_edges import fullfs
+from tests.collector_edges.daemon import start_collector
 from tests.collector_edges.fake_imds import FakeImds, _reply, event
 from tests.collector_edges.fullfs import fill
-from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
-from tests.collector_edges.test_edges_metrics import LogReader, wait_for
+from tests.helpers import LogReader, wait_for
 
 small_fs = fullfs.small_fs  # the fixture, shared with the other full-disk tests
 
@@ -73,24 +73,8 @@ def last_successful_poll(port: int) -> float:
     return value
 
 
-def start_collector(imds: FakeImds, state: Path, *extra: str) -> tuple[subprocess.Popen[bytes], LogReader, int]:
-    process = subprocess.Popen(
-        [
-            COLLECTOR,
-            "run",
-            "--imds-url",
-            imds.base_url,
-            "--state-dir",
-            str(state),
-            *["--poll-interval", "0.2", "--min-request-interval", "0", "--retry-deadline", "0.5"],
-            *["--metrics-addr", "127.0.0.1:0", *extra],
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=clean_env(),
-    )
-    assert process.stderr is not None
-    logs = LogReader(process.stderr)
+def start(imds: FakeImds, state: Path, *extra: str) -> tuple[subprocess.Popen[bytes], LogReader, int]:
+    process, logs = start_collector(imds.base_url, state, "--poll-interval", "0.2", "--retry-deadline", "0.5", *extra)
     return process, logs, logs.metrics_port()
 
 
@@ -108,7 +92,7 @@ def test_readiness_follows_imds_and_liveness_the_tick(switchable: SwitchableImds
     """Live and ready once polling; IMDS answering 500: /readyz 503 naming the error once the last successful poll
     is older than the limit asked for (and /metrics agrees), /healthz still 200; IMDS back: ready again."""
     switchable.set_document(1, [event("a")])
-    process, logs, port = start_collector(switchable, tmp_path / "state")
+    process, logs, port = start(switchable, tmp_path / "state")
     try:
         wait_for(lambda: get(port, "/healthz")[0] == 200)
         wait_for(lambda: get(port, "/readyz")[0] == 200)
@@ -142,7 +126,7 @@ def test_readiness_follows_imds_and_liveness_the_tick(switchable: SwitchableImds
 def test_other_paths_and_methods_keep_their_answers(imds: FakeImds, tmp_path: Path) -> None:
     """/metrics and any other path still give the metrics; HEAD is answered without a body; other methods 405;
     a max_age that is not a positive number 400."""
-    process, _, port = start_collector(imds, tmp_path / "state")
+    process, _, port = start(imds, tmp_path / "state")
     try:
         wait_for(lambda: get(port, "/readyz")[0] == 200)
         for path in ("/metrics", "/", "/healthz/", "/ready"):
@@ -166,7 +150,7 @@ def test_a_full_state_filesystem_makes_the_collector_unready_until_there_is_room
 ) -> None:
     """The state directory on a real 2 MiB tmpfs: filled to the last byte, /readyz says the outbox's reserve is not
     there (the poll itself still succeeds: nothing changed to store); the filler removed, ready again."""
-    process, _, port = start_collector(imds, small_fs / "state")
+    process, _, port = start(imds, small_fs / "state")
     try:
         wait_for(lambda: get(port, "/readyz")[0] == 200)
         filler = fill(small_fs)

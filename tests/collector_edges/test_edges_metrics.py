@@ -2,68 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
-import threading
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.settings import load_settings
+from tests.collector_edges.daemon import start_collector
 from tests.collector_edges.fake_imds import FakeImds, Scripted, event
 from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
-
-Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def scrape(port: int) -> Samples:
-    """name -> {sorted labels without the per-process ``collector`` label: value}."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "collector"))
-            out.setdefault(sample.name, {})[labels] = sample.value
-    return out
-
-
-class LogReader:
-    """Reads a process's JSON log lines from stderr on a thread, so the test can wait for one of them."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.lines: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            try:
-                self.lines.append(json.loads(raw))
-            except ValueError:
-                self.lines.append({"message": raw.decode(errors="replace")})
-
-    def metrics_port(self) -> int:
-        wait_for(lambda: any(line.get("message") == "serving /metrics" for line in self.lines))
-        return next(int(line["metrics_port"]) for line in self.lines if line.get("message") == "serving /metrics")
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
+from tests.helpers import LogReader, scrape, value, wait_for
 
 
 @pytest.mark.slow
@@ -71,22 +22,7 @@ def test_metrics_show_polls_errors_transitions_outbox_and_active_events(imds: Fa
     """A scrape of the running daemon shows what it counted, labelled by kind, type and status."""
     imds.set_document(1, [event("a"), event("b", status="Started", event_type="Freeze")])
     imds.script.append(Scripted(500, b'{"error": "busy"}'))  # one failed request, retried
-    process = subprocess.Popen(
-        [
-            COLLECTOR,
-            "run",
-            "--imds-url",
-            imds.base_url,
-            "--state-dir",
-            str(tmp_path / "state"),
-            *["--poll-interval", "0.1", "--min-request-interval", "0", "--metrics-addr", "127.0.0.1:0"],
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=clean_env(),
-    )
-    assert process.stderr is not None
-    logs = LogReader(process.stderr)
+    process, logs = start_collector(imds.base_url, tmp_path / "state", "--poll-interval", "0.1")
     try:
         port = logs.metrics_port()
         wait_for(lambda: value(scrape(port), "sevents_collector_polls_total", ok="true") >= 3)

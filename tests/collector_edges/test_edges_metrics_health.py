@@ -7,12 +7,10 @@ import json
 import platform
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +20,6 @@ import pytest
 from azure.core.exceptions import ClientAuthenticationError
 from azure.eventhub.exceptions import AuthenticationError, ConnectError, EventDataSendError, OperationTimeoutError
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client.parser import text_string_to_metric_families
 
 from collector.approval import ApprovalPolicy
 from collector.approver import Approver
@@ -37,11 +34,12 @@ from collector.webhook import Webhook, post_failure
 from sevents.retry import Backoff
 from sevents.telemetry import make_meter_provider
 from sevents.version import version
+from tests.collector_edges.daemon import start_collector
 from tests.collector_edges.fake_imds import FakeImds, event
-from tests.collector_edges.test_edges_agent import ScriptedSink, metric_points
-from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
-from tests.collector_edges.test_edges_metrics import LogReader, wait_for
+from tests.collector_edges.test_edges_agent import ScriptedSink
+from tests.collector_edges.test_edges_cli import clean_env
 from tests.collector_edges.test_edges_webhook import Receiver
+from tests.helpers import metric_points, scrape_samples, wait_for
 
 
 def _metrics(**kwargs: Any) -> tuple[CollectorMetrics, InMemoryMetricReader]:
@@ -186,13 +184,6 @@ def test_approver_counts_decisions_and_hook_outcomes(tmp_path: Path) -> None:
 
 
 # -- the daemon, scraped -----------------------------------------------------------------------------------
-def _scrape(port: int) -> list[Any]:
-    """Every sample of the /metrics page, labels kept (the collector label included, should there be one)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return [s for family in text_string_to_metric_families(text) for s in family.samples]
-
-
 def _sum(samples: list[Any], name: str, **labels: str) -> float:
     return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
 
@@ -210,30 +201,14 @@ def test_an_unreachable_event_hubs_namespace_shows_in_metrics_at_the_first_send(
             "UseDevelopmentEmulator=true"
         )
         started = time.time()
-        process = subprocess.Popen(
-            [
-                COLLECTOR,
-                "run",
-                "--imds-url",
-                imds.base_url,
-                "--state-dir",
-                str(tmp_path / "state"),
-                *["--poll-interval", "0.2", "--min-request-interval", "0", "--metrics-addr", "127.0.0.1:0"],
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=clean_env(
-                SEVENTS_SINK="eventhubs", SEVENTS_EVENTHUBS_CONNECTION_STRING=secret, SEVENTS_DRAIN_TIMEOUT="1"
-            ),
-        )
-        assert process.stderr is not None
-        logs = LogReader(process.stderr)
+        env = clean_env(SEVENTS_SINK="eventhubs", SEVENTS_EVENTHUBS_CONNECTION_STRING=secret, SEVENTS_DRAIN_TIMEOUT="1")
+        process, logs = start_collector(imds.base_url, tmp_path / "state", "--poll-interval", "0.2", env=env)
         try:
             port = logs.metrics_port()
-            before = _scrape(port)
+            before = scrape_samples(port)
             refused = "sink refused a batch; will retry"
             wait_for(lambda: any(line.get("message") == refused for line in logs.lines), timeout=120)
-            samples = _scrape(port)  # the counter moves before the line is logged
+            samples = scrape_samples(port)  # the counter moves before the line is logged
             print(f"first failed send on /metrics {time.time() - started:.1f} s after the start")
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=60) == 0

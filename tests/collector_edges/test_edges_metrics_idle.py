@@ -16,7 +16,6 @@ import resource
 import signal
 import socket
 import sqlite3
-import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from sevents.prometheus import MAX_CONNECTIONS
+from tests.collector_edges.daemon import start_collector
 from tests.collector_edges.fake_imds import FakeImds, event
-from tests.collector_edges.test_edges_cli import COLLECTOR, clean_env
-from tests.collector_edges.test_edges_metrics import LogReader, scrape, value, wait_for
+from tests.helpers import scrape, value, wait_for
 
 IDLE = 1000
 # Polls that may see the new document before the test notices its record: the test reads the outbox between
@@ -88,22 +87,7 @@ def test_a_thousand_idle_connections_to_metrics_leave_polling_on_time(imds: Fake
     imds.set_document(1, [event("first")])
     state = tmp_path / "state"
     with _file_limit(IDLE + 1024):
-        process = subprocess.Popen(
-            [
-                COLLECTOR,
-                "run",
-                "--imds-url",
-                imds.base_url,
-                "--state-dir",
-                str(state),
-                *["--poll-interval", "0.2", "--min-request-interval", "0", "--metrics-addr", "127.0.0.1:0"],
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=clean_env(),
-        )
-        assert process.stderr is not None
-        logs = LogReader(process.stderr)
+        process, logs = start_collector(imds.base_url, state, "--poll-interval", "0.2")
         held: list[socket.socket] = []
         try:
             port = logs.metrics_port()
