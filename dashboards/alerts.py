@@ -6,7 +6,7 @@ whenever its label set is new, so the maintenance rules label an event with what
 and type): a status change, a NotBefore update or one more VM reporting never pages again. What changes
 (status, NotBefore, how many VMs, fault domains and sets) reaches the notification through ``$values``: one more
 query per figure, each reduced, matched to the instance by the same labels. Alert queries read the active
-set only (``active_events``), never the history, and run in the backend: no template variables and no
+set only (the events some VM still shows), never the history, and run in the backend: no template variables and no
 ``$__conditionalAll`` (a frontend macro) here.
 
 Each rule names its contact point (``notification_settings``, Grafana's simplified routing, 11.0 or newer): Grafana
@@ -71,7 +71,7 @@ class Rule:
 
 def _active_events(types: str, value: str) -> str:
     return (
-        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS, 'events_since')} "
+        f"SELECT event_id, event_type, {value} AS value FROM {f.since(f.ACTIVE_IDS, 'events')} "
         f"WHERE {f.active()} AND event_type IN {types} ORDER BY event_id"
     )
 

@@ -44,10 +44,10 @@ RELEASED_BY: Final = (
 )
 DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f.vm_filter()}"
 # the lifecycle of each event is all these panels show: no sets, Resources or observed impact to pay for
-EVENTS = f.since(f.OVERLAPPING_IDS, "event_lifecycles_since")
+EVENTS = f.since(f.OVERLAPPING_IDS, "events")
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 # per (event, observing VM): the user-initiated events' waits are per affected VM (ingest.queries.USER_WAITS)
-USER_EVENTS = f.since(f.OVERLAPPING_IDS, "event_vms_since")
+USER_EVENTS = f.since(f.USER_IDS, "event_vms_since")
 
 
 def panels() -> list[g.Panel | g.Row]:

@@ -102,7 +102,9 @@ def event_vm_filter() -> str:
 
 # The EventIds a panel may show, each found through recent rollup parts only (never the history):
 # what is active now, what was first seen in the range, and what overlaps the range.
-ACTIVE_IDS: Final = f"SELECT event_id FROM {DB}.active_events"
+# The active set: the events some VM still showed when their lifecycle was last computed, seen in the last 30 days
+# (a superset: panels keep outcome 'active', which looks up those VMs' silence now).
+ACTIVE_IDS: Final = event_sql.held_events(f"{DB}.")
 FIRST_SEEN_IDS: Final = (
     f"SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= $__fromTime AND first_seen_at <= $__toTime"
 )
@@ -111,7 +113,7 @@ STARTED_IDS: Final = FIRST_SEEN_IDS
 # Of the events last seen before the range, only one still open can overlap it. Every open event has a
 # rollup row of the active horizon (30 days) with an open (event, VM) entry, so these rows are a superset of
 # them: overlapping_range() drops the few that are closed (their parts not merged yet) once their lifecycle is
-# read. One scan of recent rollup parts, where the exact active set (active_events) merges and checks retirements.
+# read. One scan of recent rollup parts, where the exact active set (active_events) reads stored lifecycles.
 OPEN_BEFORE_IDS: Final = (
     f"SELECT event_id FROM {DB}.event_rollup WHERE last_seen_at >= now64(3) - INTERVAL 30 DAY "
     "AND last_seen_at < $__fromTime AND arrayExists(state -> state % 2 = 0, vm_last.2)"
@@ -123,23 +125,26 @@ OVERLAPPING_IDS: Final = (
     f"AND first_seen_at <= $__toTime + INTERVAL {LOOKBACK_DAYS} DAY UNION ALL {OPEN_BEFORE_IDS}"
 )
 
+# The user-initiated events (EventSource User) among those overlapping the range: the only ones whose waits the
+# approval dashboard shows per VM.
+USER_IDS: Final = event_sql.user_initiated(OVERLAPPING_IDS, f"{DB}.")
 
-# The parameterised views of events a panel reads through ``since``, named whole so that a search for one finds
-# every panel that reads it (ingest/schema.sql shows them; ``events_since`` has every column).
-SINCE_VIEWS: Final = ("events_since", "event_vms_since", "event_lifecycles_since", "event_impacts_since")
+# What a panel reads of events through ``since``, named whole so that a search for one finds every panel that
+# reads it (ingest/schema.sql shows them): ``events``, each event's stored lifecycle read now (one row per event),
+# and ``event_vms_since``, one row per (event, observing VM).
+SINCE_VIEWS: Final = ("events", "event_vms_since")
 
 
 def since(ids: str, view: str, platform: str = "") -> str:
-    """``view`` (one of ``SINCE_VIEWS``: ``events_since``, ``event_vms_since`` or a narrower view of events),
-    only the events ``ids`` selects, read from the first day of those events on. ``platform`` (``events_since``
-    only): a condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
+    """``view`` (one of ``SINCE_VIEWS``), only the events ``ids`` selects. ``platform`` (``events`` only): a
+    condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
     return event_sql.since(ids, view, f"{DB}.", rows_after=_rows_after(ids), platform=platform)
 
 
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
-# it (overlapping_range keeps those that overlap): with ``since`` their rows of events_since have seen_by 'platform'.
+# it (overlapping_range keeps those that overlap): with ``since`` their rows of events have seen_by 'platform'.
 PLATFORM_OVERLAPPING: Final = (
     f"first_seen_at >= $__fromTime - INTERVAL {LOOKBACK_DAYS} DAY AND first_seen_at <= $__toTime"
 )
@@ -174,7 +179,7 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 
 
 def event_sets(ids: str) -> str:
-    """Per event: ``availability_set`` from ``events_since`` (through ``event_sql.event_sets``; join by ``event_id``;
+    """Per event: ``availability_set`` from ``events`` (through ``event_sql.event_sets``; join by ``event_id``;
     a row's set: scale_set, else that)."""
     return event_sql.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
 

@@ -13,7 +13,7 @@ from dashboards import grafana as g
 from dashboards.filters import DB
 
 DESTRUCTIVE = "('Reboot', 'Redeploy', 'Terminate', 'Preempt')"
-ACTIVE = f.since(f.ACTIVE_IDS, "events_since")
+ACTIVE = f.since(f.ACTIVE_IDS, "events")
 # The EventId percent-encoded (Grafana's data links default to `uriencode`, which keeps & = # + as they are): an
 # EventId that holds them reaches the drill-down whole, not as more URL parameters.
 TIMELINE_LINK = "/d/sevents-timeline/maintenance-timeline?var-event_id=${__value.raw:percentencode}&${__url_time_range}"
@@ -68,7 +68,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT not_before_last AS not_before, dateDiff('second', now(), not_before_last) AS starts_in_s, "
             "event_id, event_type, ifNull(event_source, '') AS source, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains, "
-            f"first_seen_at FROM {f.since(f.ACTIVE_IDS, 'events_since')} WHERE {active} AND started_at IS NULL "
+            f"first_seen_at FROM {f.since(f.ACTIVE_IDS, 'events')} WHERE {active} AND started_at IS NULL "
             f"AND event_type IN {DESTRUCTIVE} ORDER BY not_before_last, event_id",
             width=24,
             description="Scheduled, not started yet; NotBefore is the latest one IMDS announced.",
@@ -90,7 +90,7 @@ def panels() -> list[g.Panel | g.Row]:
             "Events first seen, by type",
             "timeseries",
             f"SELECT $__timeInterval(first_seen_at) AS time, event_type, count() AS events "
-            f"FROM {f.since(f.FIRST_SEEN_IDS, 'events_since')} WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
+            f"FROM {f.since(f.FIRST_SEEN_IDS, 'events')} WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
             "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=16,

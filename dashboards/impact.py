@@ -56,7 +56,7 @@ def panels() -> list[g.Panel | g.Row]:
             "if(duration_s IS NULL OR duration_s < 0 OR observed_impact_s IS NULL, NULL, "
             "observed_impact_s - duration_s) AS overrun_s, started_to_gone_s, affected_vm_count AS affected, "
             f"impacted_vms AS hit, {f.fmt_list('fault_domain_labels')} AS fault_domains "
-            f"FROM {f.since(f.STARTED_IDS, 'event_impacts_since')} WHERE {f.started_in_range()} AND {f.event_filter()} "
+            f"FROM {f.since(f.STARTED_IDS, 'events')} WHERE {f.started_in_range()} AND {f.event_filter()} "
             "ORDER BY started_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,

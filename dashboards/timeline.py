@@ -102,7 +102,7 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT event_id, event_type, ifNull(event_source, '') AS source, outcome, first_seen_at, "
             "not_before_first AS not_before, started_at, ended_at, affected_vm_count AS affected, "
             f"{f.fmt_list('affected_vms')} AS vms, {f.fmt_list('fault_domain_labels')} AS fault_domains, seen_by "
-            f"FROM {f.since(f.OVERLAPPING_IDS, 'events_since', platform=f.PLATFORM_OVERLAPPING)} "
+            f"FROM {f.since(f.OVERLAPPING_IDS, 'events', platform=f.PLATFORM_OVERLAPPING)} "
             f"WHERE {f.overlapping_range()} AND {f.event_filter()} ORDER BY first_seen_at DESC, event_id LIMIT 1000",
             width=24,
             height=10,

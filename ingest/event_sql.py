@@ -27,34 +27,52 @@ WINDOW_ROWS_AFTER = f"{{since:DateTime64(3, 'UTC')}} - INTERVAL {LOOKBACK_DAYS} 
 ONE_ID = "SELECT {event_id:String}"
 
 
+def held_events(db: str = "") -> str:
+    """The events some VM still showed when their lifecycle was last computed, seen in the last 30 days: a superset
+    of those active now (``events`` decides, from those VMs' silence now), found without reading ``events``."""
+    return f"SELECT event_id FROM {db}event_history WHERE last_held_at >= now64(3) - INTERVAL {LOOKBACK_DAYS} DAY"
+
+
+def user_initiated(ids: str, db: str = "") -> str:
+    """The events of ``ids`` a user started (EventSource User), from their stored lifecycle (a type and source do
+    not change, so no FINAL is needed)."""
+    return f"SELECT event_id FROM {db}event_history WHERE event_source = 'User' AND event_id IN ({ids})"
+
+
 def rollup_rows(ids: str, bound: str) -> str:
     """The condition on ``event_rollup`` rows of the events ``ids`` selects, none written before ``bound`` (if any)."""
     return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
 
 
 def since(
-    ids: str, view: str = "events_since", db: str = "", columns: str = "*", rows_after: str = "", platform: str = ""
+    ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "", platform: str = ""
 ) -> str:
-    """``events_since``, ``event_vms_since`` or a narrower view of events (``event_lifecycles_since``,
-    ``event_impacts_since``: the same values for fewer columns) restricted to the events ``ids`` selects, read from
-    their first day on.
+    """The rows of ``events`` (each event's stored lifecycle read now) or ``event_vms_since`` (each observing VM's,
+    computed from the rollups) of the events ``ids`` selects, as a derived table: callers need not repeat
+    ``event_id IN (ids)``.
 
-    A derived table: the selection is evaluated once, as one scalar (the EventIds and the first day), which
-    both bounds the rollup parts read and filters the rows, so callers need not repeat ``event_id IN (ids)``.
-    ``db`` qualifies the names (``sevents.``) where the client's database is not the sevents one (Grafana).
-    ``rows_after``: a time (SQL) before which no rollup row of those events was written (none was observed
-    before it), so that the search for their first day skips older parts; empty searches the whole history.
-    ``platform``: a condition on ``azure_scheduled_events`` whose events are shown too, those only Azure's account
-    has included (``events_since`` only: seen_by 'platform'; a lookup in a small table).
+    ``events`` is one stored row per event (migration 0017), read by EventId. ``event_vms_since`` is read from the
+    first day of those events on: the selection is evaluated once, as one scalar (the EventIds and the first day),
+    which both bounds the rollup parts read and filters the rows; ``rows_after`` is a time (SQL) before which no
+    rollup row of those events was written, so that the search for their first day skips older parts (empty
+    searches the whole history). ``db`` qualifies the names (``sevents.``) where the client's database is not the
+    sevents one (Grafana). ``platform`` (``events`` only): a condition on ``azure_scheduled_events`` whose events
+    are shown too, those only Azure's account has included (seen_by 'platform'; a lookup in a small table).
     """
+    if view == "events":
+        shown = f"event_id IN ({ids})"
+        if platform:
+            shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
+        return f"(SELECT {columns} FROM {db}events WHERE {shown})"
+    if view != "event_vms_since" or platform:
+        raise ValueError(f"since() reads events or event_vms_since (platform: events only), not {view!r}")
     picked = (
         f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
         f"WHERE {rollup_rows(ids, rows_after)}"
     )
-    shown = "event_id IN picked.1"
-    if platform:
-        shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
-    return f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}(since_day = picked.2) WHERE {shown})"
+    return (
+        f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}(since_day = picked.2) WHERE event_id IN picked.1)"
+    )
 
 
 # Fault and update domain numbers mean something only inside one availability set or scale set, so every
@@ -159,6 +177,6 @@ def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
     """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
 
     For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
-    is ``if(scale_set != '', scale_set, availability_set)``. The events view computes it (migration 0009).
+    is ``if(scale_set != '', scale_set, availability_set)``. The events' lifecycle holds it (migration 0009).
     """
-    return since(ids, "events_since", db, "event_id, availability_set", rows_after)
+    return since(ids, "events", db, "event_id, availability_set", rows_after)

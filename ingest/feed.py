@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from ingest import lifecycle_store
 from ingest import reconcile_rows as rr
 from ingest.clickhouse import CLIENT_ERRORS
 from ingest.errors import Interrupted, StoreError
@@ -94,6 +95,7 @@ class FeedStore:
                 column_names=[*table.columns, *rr.BOOKKEEPING],
                 settings=self.settings,
             )
+            lifecycle_store.refresh(self.client, self.database, rr.event_ids(table, out), self.settings)
         return len(out)
 
     def write_deliveries(self, events: Sequence[tuple[FeedEvent, str]], received_at: datetime) -> None:

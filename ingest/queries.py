@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.event_sql import ONE_ID, WINDOW_IDS, WINDOW_ROWS_AFTER, rollup_rows, scoped, since
+from ingest.event_sql import ONE_ID, WINDOW_IDS, WINDOW_ROWS_AFTER, rollup_rows, scoped, since, user_initiated
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ USER_WAITS = Query(
     f"""
 SELECT first_seen_at, vm_name, vm_id, event_id, event_type, not_before_first AS not_before, approved_at,
        started_at, released_by, {USER_WAIT_COLUMNS}
-FROM {since(WINDOW_IDS, "event_vms_since", rows_after=WINDOW_ROWS_AFTER)}
+FROM {since(user_initiated(WINDOW_IDS), "event_vms_since", rows_after=WINDOW_ROWS_AFTER)}
 WHERE {USER_WAIT_ROWS}
   AND first_seen_at >= {{since:DateTime64(3, 'UTC')}} AND first_seen_at < {{until:DateTime64(3, 'UTC')}}
 ORDER BY waited_s DESC, first_seen_at, vm_name

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 from azure.core.exceptions import AzureError
 from azure.core.pipeline.policies import RetryPolicy
 
+from ingest import lifecycle_store
 from ingest import reconcile_rows as rr
 from ingest.azure_identity import credential_scope, make_credential
 from ingest.clickhouse import CLIENT_ERRORS
@@ -188,6 +189,7 @@ class Store:
                 column_names=[*table.columns, *rr.BOOKKEEPING],
                 settings=self.settings,
             )
+            lifecycle_store.refresh(self.client, self.database, rr.event_ids(table, out), self.settings)
         return len(out)
 
     def present_vms(self, subscriptions: Sequence[str]) -> list[dict[str, Any]]:

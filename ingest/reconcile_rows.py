@@ -169,6 +169,14 @@ def changed_rows(
     return out
 
 
+def event_ids(table: Table, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The EventIds of ``rows`` of ``table`` (as ``changed_rows`` gives them), none if it holds no events."""
+    if "event_id" not in table.columns:
+        return []
+    at = table.columns.index("event_id")
+    return [str(row[at]) for row in rows]
+
+
 def _canonical(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat(timespec="milliseconds")

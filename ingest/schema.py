@@ -69,15 +69,16 @@ PURPOSE: Final = {
     "event_vms_since": "one row per (EventId, observing VM) with its lifecycle and identity, from rollup rows of "
     "since_day on",
     "event_vms": "event_vms_since over the whole history: one row per (EventId, observing VM)",
-    "events_since": "one row per EventId across every VM (types, times, outcome, domains, sets, impact), from rollup "
-    "rows of since_day on",
-    "events": "events_since over the whole history: one row per EventId",
-    "event_lifecycles_since": "the columns of events that the VMs' lifecycles give, without Resources, sets or "
-    "impact: cheaper where a panel shows nothing else",
-    "event_impacts_since": "announced against measured per event: the columns of events the Impact dashboard's "
-    "table shows, computed alone",
-    "active_events": "the EventIds some VM that is not retired still shows: what alerts and 'active now' panels "
-    "start from",
+    "event_evidence_since": "one row per EventId from all its evidence (every VM's lifecycle, downtime, approvals, "
+    "Azure's account), without what changes with time alone: the VMs still showing it instead of 'active'",
+    "event_history": "each event's lifecycle as event_evidence_since last computed it, written by the ingest for "
+    "every event a stored batch touched; the newest computation wins",
+    "events": "one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active "
+    "while a VM still showing it reports",
+    "events_since": "events last active on or after since_day",
+    "event_lifecycles_since": "the lifecycle columns of events last active on or after since_day",
+    "event_impacts_since": "announced against measured, per event last active on or after since_day",
+    "active_events": "the EventIds of events with outcome 'active': what alerts and 'active now' panels start from",
 }
 
 _DEFINES = re.compile(

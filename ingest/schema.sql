@@ -725,6 +725,140 @@ PARTITION BY toYYYYMM(received_at)
 ORDER BY delivery_id
 SETTINGS index_granularity = 8192;
 
+-- event_history: each event's lifecycle as event_evidence_since last computed it, written by the ingest for every event
+--   a stored batch touched; the newest computation wins (table, last defined by 0017_stored_lifecycles)
+CREATE TABLE sevents.event_history
+(
+    `event_id` String,
+    `event_type` String,
+    `event_source` Nullable(String),
+    `resource_type` String,
+    `description` Nullable(String),
+    `duration_s` Nullable(Int64),
+    `first_seen_at` DateTime64(3, 'UTC'),
+    `not_before_first` Nullable(DateTime64(3, 'UTC')),
+    `not_before_last` Nullable(DateTime64(3, 'UTC')),
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at` Nullable(DateTime64(3, 'UTC')),
+    `ended_at` Nullable(DateTime64(3, 'UTC')),
+    `outcome` LowCardinality(String),
+    `affected_vms` Array(String),
+    `affected_vm_count` UInt64,
+    `observing_vms` UInt64,
+    `fault_domains` Array(UInt16),
+    `update_domains` Array(UInt16),
+    `subscription_ids` Array(String),
+    `resource_groups` Array(String),
+    `notice_s` Nullable(Float64),
+    `approval_latency_s` Nullable(Float64),
+    `started_to_gone_s` Nullable(Float64),
+    `observed_impact_s` Nullable(Float64),
+    `impacted_vms` UInt64,
+    `transitions` UInt64,
+    `anomalies` UInt64,
+    `availability_set` String,
+    `holders` Array(Tuple(
+        vm_id String,
+        last_seen_at DateTime64(3, 'UTC'))),
+    `last_held_at` DateTime64(3, 'UTC'),
+    `end_seen_by_any` UInt8,
+    `last_seen_at` DateTime64(3, 'UTC'),
+    `fault_sets` Array(String),
+    `fault_domain_labels` Array(String),
+    `update_domain_labels` Array(String),
+    `started_at_source` Nullable(String),
+    `ended_at_source` Nullable(String),
+    `released_by` Nullable(String),
+    `seen_by` LowCardinality(String),
+    `platform_status` LowCardinality(String),
+    `outcome_source` LowCardinality(String),
+    `computed_at` DateTime64(6, 'UTC')
+)
+ENGINE = ReplacingMergeTree(computed_at)
+ORDER BY event_id
+SETTINGS index_granularity = 8192;
+
+-- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
+--   still showing it reports (view, last defined by 0017_stored_lifecycles)
+CREATE VIEW sevents.events
+(
+    `event_id` String,
+    `event_type` String,
+    `event_source` Nullable(String),
+    `resource_type` String,
+    `description` Nullable(String),
+    `duration_s` Nullable(Int64),
+    `first_seen_at` DateTime64(3, 'UTC'),
+    `not_before_first` Nullable(DateTime64(3, 'UTC')),
+    `not_before_last` Nullable(DateTime64(3, 'UTC')),
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at` Nullable(DateTime64(3, 'UTC')),
+    `ended_at` Nullable(DateTime64(3, 'UTC')),
+    `outcome` String,
+    `affected_vms` Array(String),
+    `affected_vm_count` UInt64,
+    `observing_vms` UInt64,
+    `fault_domains` Array(UInt16),
+    `update_domains` Array(UInt16),
+    `subscription_ids` Array(String),
+    `resource_groups` Array(String),
+    `notice_s` Nullable(Float64),
+    `approval_latency_s` Nullable(Float64),
+    `started_to_gone_s` Nullable(Float64),
+    `observed_impact_s` Nullable(Float64),
+    `impacted_vms` UInt64,
+    `transitions` UInt64,
+    `anomalies` UInt64,
+    `availability_set` String,
+    `last_seen_at` DateTime64(3, 'UTC'),
+    `fault_sets` Array(String),
+    `fault_domain_labels` Array(String),
+    `update_domain_labels` Array(String),
+    `started_at_source` Nullable(String),
+    `ended_at_source` Nullable(String),
+    `released_by` Nullable(String),
+    `seen_by` LowCardinality(String),
+    `platform_status` LowCardinality(String),
+    `outcome_source` LowCardinality(String)
+)
+AS WITH
+    now64(3) - toIntervalDay(30) AS horizon_,
+    (
+        SELECT (groupArrayIf(vm_id, silent_for_ > silent_after_), groupArrayIf(vm_id, (silent_for_ > silent_after_) AND (ifNull(r.retired_at >= h.started_at, 0) OR final OR (silent_for_ > retire_after_))))
+        FROM sevents.heartbeats_latest AS h
+        FINAL
+        LEFT JOIN
+        (
+            SELECT
+                vm_id,
+                max(retired_at) AS retired_at
+            FROM sevents.vm_retirements
+            WHERE vm_id IN (
+                SELECT tupleElement(arrayJoin(holders), 'vm_id')
+                FROM sevents.event_history
+                WHERE last_held_at >= horizon_
+            )
+            GROUP BY vm_id
+        ) AS r USING (vm_id)
+        WHERE vm_id IN (
+            SELECT tupleElement(arrayJoin(holders), 'vm_id')
+            FROM sevents.event_history
+            WHERE last_held_at >= horizon_
+        )
+    ) AS quiet_,
+    dateDiff('millisecond', h.observed_at, now64(3)) / 1000 AS silent_for_,
+    getSettingOrDefault('custom_sevents_silent_after_s', 300) AS silent_after_,
+    getSettingOrDefault('custom_sevents_retire_after_s', 259200) AS retire_after_
+SELECT * EXCEPT (holders, last_held_at, end_seen_by_any, computed_at, active_) REPLACE (if((outcome_source = 'platform') OR (NOT active_), outcome, 'active') AS outcome, if(active_, NULL, ended_at) AS ended_at, if(active_, NULL, ended_at_source) AS ended_at_source, if(active_, NULL, started_to_gone_s) AS started_to_gone_s)
+FROM
+(
+    SELECT
+        *,
+        (last_held_at >= horizon_) AND (arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.1, h.vm_id))), holders) OR ((end_seen_by_any = 0) AND arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.2, h.vm_id))), holders))) AS active_
+    FROM sevents.event_history
+    FINAL
+);
+
 -- vm_status: per VM: reporting, silent or retired, and why (view, last defined by 0006_rollups)
 CREATE VIEW sevents.vm_status
 (
@@ -802,6 +936,77 @@ LEFT JOIN
     GROUP BY vm_id
 ) AS r USING (vm_id)
 WHERE ((dateDiff('millisecond', observed_at, now64(3)) / 1000) > getSettingOrDefault('custom_sevents_silent_after_s', 300)) AND ((r.retired_at >= h.started_at) OR final OR ((dateDiff('millisecond', observed_at, now64(3)) / 1000) > getSettingOrDefault('custom_sevents_retire_after_s', 259200)));
+
+-- events_since: events last active on or after since_day (view, last defined by 0017_stored_lifecycles)
+CREATE VIEW sevents.events_since
+AS SELECT *
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
+
+-- active_events: the EventIds of events with outcome 'active': what alerts and 'active now' panels start from (view,
+--   last defined by 0017_stored_lifecycles)
+CREATE VIEW sevents.active_events
+(
+    `event_id` String
+)
+AS SELECT event_id
+FROM sevents.events
+WHERE (event_id IN (
+    SELECT event_id
+    FROM sevents.event_history
+    WHERE last_held_at >= (now64(3) - toIntervalDay(30))
+)) AND (outcome = 'active');
+
+-- event_lifecycles_since: the lifecycle columns of events last active on or after since_day (view, last defined by
+--   0017_stored_lifecycles)
+CREATE VIEW sevents.event_lifecycles_since
+AS SELECT
+    event_id,
+    event_type,
+    event_source,
+    resource_type,
+    description,
+    duration_s,
+    first_seen_at,
+    not_before_first,
+    not_before_last,
+    approved_at,
+    started_at,
+    ended_at,
+    outcome,
+    observing_vms,
+    fault_domains,
+    update_domains,
+    subscription_ids,
+    resource_groups,
+    notice_s,
+    approval_latency_s,
+    started_to_gone_s,
+    transitions,
+    anomalies,
+    started_at_source,
+    ended_at_source,
+    released_by
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
+
+-- event_impacts_since: announced against measured, per event last active on or after since_day (view, last defined by
+--   0017_stored_lifecycles)
+CREATE VIEW sevents.event_impacts_since
+AS SELECT
+    event_id,
+    event_type,
+    event_source,
+    duration_s,
+    started_at,
+    ended_at,
+    started_to_gone_s,
+    observed_impact_s,
+    impacted_vms,
+    affected_vm_count,
+    fault_domain_labels
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
 
 -- silent_or_retired_vms: the VMs without a heartbeat for the silence threshold, and whether each is retired (view, last
 --   defined by 0013_lifecycle_from_all_evidence)
@@ -1018,9 +1223,10 @@ CREATE VIEW sevents.event_vms
 AS SELECT *
 FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
 
--- events_since: one row per EventId across every VM (types, times, outcome, domains, sets, impact), from rollup rows of
---   since_day on (view, last defined by 0016_central_feed)
-CREATE VIEW sevents.events_since
+-- event_evidence_since: one row per EventId from all its evidence (every VM's lifecycle, downtime, approvals, Azure's
+--   account), without what changes with time alone: the VMs still showing it instead of 'active' (view, last defined by
+--   0017_stored_lifecycles)
+CREATE VIEW sevents.event_evidence_since
 AS SELECT
     * EXCEPT (in_platform_, p_status, p_settled) REPLACE (multiIf(p_settled = 'Completed', 'completed', p_settled = 'Canceled', 'cancelled', outcome) AS outcome),
     if(ifNull(in_platform_, 0) = 1, 'both', 'sevents') AS seen_by,
@@ -1071,6 +1277,10 @@ FROM
             ud_pairs_,
             started_at_source_ AS started_at_source,
             ended_at_source_ AS ended_at_source,
+            holders_ AS holders,
+            last_held_at_ AS last_held_at,
+            end_seen_by_any_ AS end_seen_by_any,
+            last_seen_at_ AS last_seen_at,
             multiIf(started_at_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', not_before_last_ IS NULL, 'no_notice', ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), 'outside', 'not_before') AS released_by
         FROM
         (
@@ -1079,10 +1289,10 @@ FROM
                 if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
                 multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_, least(seen_started_, down_started_)) AS started_at_,
                 if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
-                multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
+                multiIf(started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
                 arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
                 arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR ((e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
-                if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_)) AS ended_at_,
+                if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_) AS ended_at_,
                 if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
             FROM
             (
@@ -1097,7 +1307,9 @@ FROM
                     argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
                     argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
                     min(vm_started_at) AS seen_started_,
-                    (countIf(open_ AND (NOT silent_)) > 0) OR ((countIf(open_) > 0) AND (countIf(ended_at IS NOT NULL) = 0)) AS active_,
+                    arraySort(groupArrayIf((vm_id, last_seen_at), holds_)) AS holders_,
+                    maxIf(last_seen_at, holds_) AS last_held_at_,
+                    max(last_seen_at) AS last_seen_at_,
                     countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
                     max(ended_at) AS last_end_,
                     groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
@@ -1137,23 +1349,7 @@ FROM
                         transitions,
                         anomalies,
                         if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
-                        ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AND (last_seen_at >= (now64(3) - toIntervalDay(30))) AND ((vm_id, 1) NOT IN (
-                            SELECT
-                                vm_id,
-                                retired
-                            FROM sevents.silent_or_retired_vms
-                        )) AS open_,
-                        ((vm_id, 0) IN (
-                            SELECT
-                                vm_id,
-                                retired
-                            FROM sevents.silent_or_retired_vms
-                        )) OR ((vm_id, 1) IN (
-                            SELECT
-                                vm_id,
-                                retired
-                            FROM sevents.silent_or_retired_vms
-                        )) AS silent_
+                        ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AS holds_
                     FROM
                     (
                         SELECT
@@ -1285,6 +1481,10 @@ SELECT
     toUInt64(0) AS transitions,
     toUInt64(0) AS anomalies,
     '' AS availability_set,
+    CAST([], 'Array(Tuple(String, DateTime64(3, \'UTC\')))') AS holders,
+    toDateTime64(0, 3, 'UTC') AS last_held_at,
+    toUInt8(0) AS end_seen_by_any,
+    p_last_seen_at AS last_seen_at,
     CAST([], 'Array(String)') AS fault_sets,
     CAST([], 'Array(String)') AS fault_domain_labels,
     CAST([], 'Array(String)') AS update_domain_labels,
@@ -1303,6 +1503,7 @@ FROM
         minOrNullIf(first_seen_at, (event_status IN ('Completed', 'Canceled'))) AS p_settled_at,
         minOrNullIf(first_seen_at, (event_status IN ('Started', 'Completed'))) AS p_started_at,
         min(first_seen_at) AS p_first_seen_at,
+        max(first_seen_at) AS p_last_seen_at,
         toString(argMax(event_type, reconciled_at)) AS p_event_type,
         toNullable(toString(argMax(event_source, reconciled_at))) AS p_event_source,
         toString(argMax(resource_type, reconciled_at)) AS p_resource_type,
@@ -1321,429 +1522,3 @@ FROM
     ))
     GROUP BY event_id
 );
-
--- events: events_since over the whole history: one row per EventId (view, last defined by 0016_central_feed)
-CREATE VIEW sevents.events
-(
-    `event_id` String,
-    `event_type` String,
-    `event_source` Nullable(String),
-    `resource_type` String,
-    `description` Nullable(String),
-    `duration_s` Nullable(Int64),
-    `first_seen_at` SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
-    `not_before_first` Nullable(DateTime64(3, 'UTC')),
-    `not_before_last` Nullable(DateTime64(3, 'UTC')),
-    `approved_at` Nullable(DateTime64(3, 'UTC')),
-    `started_at` Nullable(DateTime64(3, 'UTC')),
-    `ended_at` Nullable(SimpleAggregateFunction(max, DateTime64(3, 'UTC'))),
-    `outcome` String,
-    `affected_vms` Array(String),
-    `affected_vm_count` UInt64,
-    `observing_vms` UInt64,
-    `fault_domains` Array(UInt16),
-    `update_domains` Array(UInt16),
-    `subscription_ids` Array(String),
-    `resource_groups` Array(String),
-    `notice_s` Nullable(Float64),
-    `approval_latency_s` Nullable(Float64),
-    `started_to_gone_s` Nullable(Float64),
-    `observed_impact_s` Nullable(Float64),
-    `impacted_vms` UInt64,
-    `transitions` UInt64,
-    `anomalies` UInt64,
-    `availability_set` String,
-    `fault_sets` Array(String),
-    `fault_domain_labels` Array(String),
-    `update_domain_labels` Array(String),
-    `started_at_source` Nullable(String),
-    `ended_at_source` Nullable(String),
-    `released_by` Nullable(String),
-    `seen_by` String,
-    `platform_status` String,
-    `outcome_source` String
-)
-AS SELECT *
-FROM `sevents.events_since`(since_day = toDate('1970-01-01'));
-
--- active_events: the EventIds some VM that is not retired still shows: what alerts and 'active now' panels start from
---   (view, last defined by 0013_lifecycle_from_all_evidence)
-CREATE VIEW sevents.active_events
-(
-    `event_id` String
-)
-AS SELECT event_id
-FROM
-(
-    SELECT
-        event_id,
-        ((state % 2) = 0) AND (intDiv(state, 2) >= toUInt64(toUnixTimestamp64Milli(now64(3) - toIntervalDay(30)))) AND ((vm_key, 1) NOT IN (
-            SELECT
-                cityHash64(vm_id),
-                retired
-            FROM sevents.silent_or_retired_vms
-        )) AS open,
-        ((vm_key, 0) IN (
-            SELECT
-                cityHash64(vm_id),
-                retired
-            FROM sevents.silent_or_retired_vms
-        )) OR ((vm_key, 1) IN (
-            SELECT
-                cityHash64(vm_id),
-                retired
-            FROM sevents.silent_or_retired_vms
-        )) AS silent,
-        (state % 2) = 1 AS closed
-    FROM
-    (
-        SELECT
-            event_id,
-            maxMap(vm_last) AS last
-        FROM sevents.event_rollup
-        WHERE (last_seen_at >= (now64(3) - toIntervalDay(30))) AND (event_id IN (
-            SELECT event_id
-            FROM sevents.event_rollup
-            WHERE (last_seen_at >= (now64(3) - toIntervalDay(30))) AND arrayExists(state -> ((state % 2) = 0), vm_last.2)
-        ))
-        GROUP BY event_id
-    )
-    ARRAY JOIN
-        last.1 AS vm_key,
-        last.2 AS state
-)
-GROUP BY event_id
-HAVING (countIf(open AND (NOT silent)) > 0) OR ((countIf(open) > 0) AND (countIf(closed) = 0));
-
--- event_lifecycles_since: the columns of events that the VMs' lifecycles give, without Resources, sets or impact:
---   cheaper where a panel shows nothing else (view, last defined by 0016_central_feed)
-CREATE VIEW sevents.event_lifecycles_since
-AS SELECT * EXCEPT (p_event_id, p_settled) REPLACE (multiIf(p_settled = 'Completed', 'completed', p_settled = 'Canceled', 'cancelled', outcome) AS outcome)
-FROM
-(
-    SELECT
-        event_id,
-        event_type_ AS event_type,
-        event_source_ AS event_source,
-        resource_type_ AS resource_type,
-        description_ AS description,
-        duration_s_ AS duration_s,
-        first_seen_at_ AS first_seen_at,
-        not_before_first_ AS not_before_first,
-        not_before_last_ AS not_before_last,
-        multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), started_at_, NULL) AS approved_at,
-        started_at_ AS started_at,
-        ended_at_ AS ended_at,
-        outcome_ AS outcome,
-        observing_vms,
-        fault_domains,
-        update_domains,
-        subscription_ids,
-        resource_groups,
-        if(started_at_ IS NULL, NULL, dateDiff('millisecond', first_seen_at_, started_at_) / 1000) AS notice_s,
-        if(approved_at IS NULL, NULL, dateDiff('millisecond', first_seen_at_, approved_at) / 1000) AS approval_latency_s,
-        if((ended_at_ IS NULL) OR (started_at_ IS NULL), NULL, dateDiff('millisecond', started_at_, ended_at_) / 1000) AS started_to_gone_s,
-        transitions_ AS transitions,
-        anomalies_ AS anomalies,
-        started_at_source_ AS started_at_source,
-        ended_at_source_ AS ended_at_source,
-        multiIf(started_at_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', not_before_last_ IS NULL, 'no_notice', ifNull(dateDiff('millisecond', started_at_, not_before_last_) > if(started_at_source_ = 'downtime', 1000, 0), 0), 'outside', 'not_before') AS released_by
-    FROM
-    (
-        SELECT
-            *,
-            if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
-            multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_, least(seen_started_, down_started_)) AS started_at_,
-            if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
-            multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
-            arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
-            arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR ((e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
-            if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_)) AS ended_at_,
-            if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
-        FROM
-        (
-            SELECT
-                event_id,
-                argMax(event_type, last_seen_at) AS event_type_,
-                argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
-                argMax(resource_type, last_seen_at) AS resource_type_,
-                argMaxIf(description, last_seen_at, description IS NOT NULL) AS description_,
-                argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
-                min(first_seen_at) AS first_seen_at_,
-                argMinIf(not_before_first, first_seen_at, not_before_first IS NOT NULL) AS not_before_first_,
-                argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) AS not_before_last_,
-                min(vm_started_at) AS seen_started_,
-                (countIf(open_ AND (NOT silent_)) > 0) OR ((countIf(open_) > 0) AND (countIf(ended_at IS NOT NULL) = 0)) AS active_,
-                countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
-                max(ended_at) AS last_end_,
-                groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
-                uniqExact(vm_id) AS observing_vms,
-                arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
-                arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
-                arraySort(groupUniqArrayIf(subscription_id, affects_this_vm)) AS subscription_ids,
-                arraySort(groupUniqArrayIf(resource_group, affects_this_vm)) AS resource_groups,
-                sum(transitions) AS transitions_,
-                sum(anomalies) AS anomalies_
-            FROM
-            (
-                SELECT
-                    event_id,
-                    vm_id,
-                    vm_name,
-                    subscription_id,
-                    resource_group,
-                    location,
-                    zone,
-                    scale_set,
-                    fault_domain,
-                    update_domain,
-                    affects_this_vm,
-                    event_type,
-                    event_source,
-                    resource_type,
-                    description,
-                    duration_s,
-                    resources,
-                    first_seen_at,
-                    last_seen_at,
-                    not_before_first,
-                    not_before_last,
-                    vm_started_at,
-                    last_mark,
-                    transitions,
-                    anomalies,
-                    if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
-                    ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AND (last_seen_at >= (now64(3) - toIntervalDay(30))) AND ((vm_id, 1) NOT IN (
-                        SELECT
-                            vm_id,
-                            retired
-                        FROM sevents.silent_or_retired_vms
-                    )) AS open_,
-                    ((vm_id, 0) IN (
-                        SELECT
-                            vm_id,
-                            retired
-                        FROM sevents.silent_or_retired_vms
-                    )) OR ((vm_id, 1) IN (
-                        SELECT
-                            vm_id,
-                            retired
-                        FROM sevents.silent_or_retired_vms
-                    )) AS silent_
-                FROM
-                (
-                    SELECT
-                        event_id,
-                        vm_id,
-                        argMaxMerge(vm_name) AS vm_name,
-                        argMaxMerge(subscription_id) AS subscription_id,
-                        argMaxMerge(resource_group) AS resource_group,
-                        argMaxMerge(location) AS location,
-                        argMaxMerge(zone) AS zone,
-                        argMaxMerge(scale_set) AS scale_set,
-                        argMaxMerge(fault_domain) AS fault_domain,
-                        argMaxMerge(update_domain) AS update_domain,
-                        max(affects_this_vm) AS affects_this_vm,
-                        argMaxIfMerge(event_type) AS event_type,
-                        argMaxIfMerge(event_source) AS event_source,
-                        argMaxIfMerge(resource_type) AS resource_type,
-                        argMaxIfMerge(description) AS description,
-                        argMinIfMerge(duration_s) AS duration_s,
-                        arraySort(groupUniqArrayArray(resources)) AS resources,
-                        min(first_seen_at) AS first_seen_at,
-                        max(last_seen_at) AS last_seen_at,
-                        argMinIfMerge(not_before_first) AS not_before_first,
-                        argMaxIfMerge(not_before_last) AS not_before_last,
-                        min(started_at) AS vm_started_at,
-                        max(last_mark) AS last_mark,
-                        length(groupUniqArrayArray(transition_ids)) AS transitions,
-                        length(groupUniqArrayArray(anomaly_ids)) AS anomalies
-                    FROM sevents.event_vm_rollup
-                    WHERE day >= {since_day:Date}
-                    GROUP BY
-                        event_id,
-                        vm_id
-                ) AS p
-            )
-            GROUP BY event_id
-        ) AS v
-        LEFT JOIN
-        (
-            SELECT
-                event_id,
-                toNullable(min(vm_down_at)) AS down_at_,
-                groupArray(vm_key) AS down_keys_,
-                groupArray(vm_down_at) AS down_began_,
-                groupArray(vm_back_at) AS down_back_
-            FROM
-            (
-                SELECT
-                    event_id,
-                    cityHash64(vm_id) AS vm_key,
-                    min(began_at) AS vm_down_at,
-                    max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
-                FROM sevents.impacts
-                WHERE (began_at >= {since_day:Date}) AND (event_id != '')
-                GROUP BY
-                    event_id,
-                    vm_key
-            )
-            GROUP BY event_id
-        ) AS i USING (event_id)
-    ) AS e
-    LEFT JOIN
-    (
-        SELECT
-            event_id,
-            toNullable(min(decided_at)) AS sevents_approved_at
-        FROM sevents.approvals
-        WHERE (decided_at >= {since_day:Date}) AND (decision = 'approved')
-        GROUP BY event_id
-    ) AS a USING (event_id)
-) AS l
-LEFT JOIN
-(
-    SELECT
-        event_id AS p_event_id,
-        argMax(event_status, reconciled_at) AS p_settled
-    FROM sevents.azure_scheduled_events
-    WHERE (first_seen_at >= subtractDays(toDate32({since_day:Date}), 1)) AND (event_status IN ('Completed', 'Canceled'))
-    GROUP BY event_id
-) AS p ON p.p_event_id = l.event_id;
-
--- event_impacts_since: announced against measured per event: the columns of events the Impact dashboard's table shows,
---   computed alone (view, last defined by 0013_lifecycle_from_all_evidence)
-CREATE VIEW sevents.event_impacts_since
-AS SELECT
-    event_id,
-    event_type_ AS event_type,
-    event_source_ AS event_source,
-    duration_s_ AS duration_s,
-    started_at_ AS started_at,
-    ended_at_ AS ended_at,
-    if((ended_at_ IS NULL) OR (started_at_ IS NULL), NULL, dateDiff('millisecond', started_at_, ended_at_) / 1000) AS started_to_gone_s,
-    observed_impact_s_ AS observed_impact_s,
-    impacted_vms_ AS impacted_vms,
-    length(affected_keys_) AS affected_vm_count,
-    arrayMap(p -> concat(p.1, ' / FD ', ifNull(toString(p.2), '?')), arraySort(arrayMap(p -> (if((p.1) != '', p.1, availability_set), p.2), fd_pairs_))) AS fault_domain_labels
-FROM
-(
-    SELECT
-        *,
-        if(down_at_ IS NULL, NULL, greatest(down_at_, first_seen_at_)) AS down_started_,
-        multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_, least(seen_started_, down_started_)) AS started_at_,
-        if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
-        multiIf(active_, 'active', started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
-        arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
-        arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR ((e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
-        if(active_, NULL, if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_)) AS ended_at_,
-        if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
-    FROM
-    (
-        SELECT
-            event_id,
-            argMax(event_type, last_seen_at) AS event_type_,
-            argMaxIf(event_source, last_seen_at, event_source IS NOT NULL) AS event_source_,
-            argMinIf(duration_s, first_seen_at, duration_s IS NOT NULL) AS duration_s_,
-            min(first_seen_at) AS first_seen_at_,
-            min(vm_started_at) AS seen_started_,
-            (countIf(open_ AND (NOT silent_)) > 0) OR ((countIf(open_) > 0) AND (countIf(ended_at IS NOT NULL) = 0)) AS active_,
-            countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
-            max(ended_at) AS last_end_,
-            groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_
-        FROM
-        (
-            SELECT
-                event_id,
-                vm_id,
-                affects_this_vm,
-                event_type,
-                event_source,
-                duration_s,
-                first_seen_at,
-                last_seen_at,
-                not_before_last,
-                vm_started_at,
-                last_mark,
-                if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
-                ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AND (last_seen_at >= (now64(3) - toIntervalDay(30))) AND ((vm_id, 1) NOT IN (
-                    SELECT
-                        vm_id,
-                        retired
-                    FROM sevents.silent_or_retired_vms
-                )) AS open_,
-                ((vm_id, 0) IN (
-                    SELECT
-                        vm_id,
-                        retired
-                    FROM sevents.silent_or_retired_vms
-                )) OR ((vm_id, 1) IN (
-                    SELECT
-                        vm_id,
-                        retired
-                    FROM sevents.silent_or_retired_vms
-                )) AS silent_
-            FROM
-            (
-                SELECT
-                    event_id,
-                    vm_id,
-                    max(affects_this_vm) AS affects_this_vm,
-                    argMaxIfMerge(event_type) AS event_type,
-                    argMaxIfMerge(event_source) AS event_source,
-                    argMinIfMerge(duration_s) AS duration_s,
-                    min(first_seen_at) AS first_seen_at,
-                    max(last_seen_at) AS last_seen_at,
-                    argMaxIfMerge(not_before_last) AS not_before_last,
-                    min(started_at) AS vm_started_at,
-                    max(last_mark) AS last_mark
-                FROM sevents.event_vm_rollup
-                WHERE day >= {since_day:Date}
-                GROUP BY
-                    event_id,
-                    vm_id
-            ) AS p
-        )
-        GROUP BY event_id
-    ) AS v
-    LEFT JOIN
-    (
-        SELECT
-            event_id,
-            toNullable(max(vm_impact_s)) AS observed_impact_s_,
-            count() AS impacted_vms_,
-            toNullable(min(vm_down_at)) AS down_at_,
-            groupArray(vm_key) AS down_keys_,
-            groupArray(vm_down_at) AS down_began_,
-            groupArray(vm_back_at) AS down_back_
-        FROM
-        (
-            SELECT
-                event_id,
-                cityHash64(vm_id) AS vm_key,
-                sum(duration_s) AS vm_impact_s,
-                min(began_at) AS vm_down_at,
-                max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
-            FROM sevents.impacts
-            FINAL
-            WHERE (began_at >= {since_day:Date}) AND (event_id != '')
-            GROUP BY
-                event_id,
-                vm_key
-        )
-        GROUP BY event_id
-    ) AS i USING (event_id)
-) AS e
-LEFT JOIN
-(
-    SELECT
-        event_id,
-        groupUniqArrayArray(affected_keys) AS affected_keys_,
-        minIfMerge(set_first) AS set_first_,
-        maxIfMerge(set_last) AS set_last_,
-        groupUniqArrayArray(fd_pairs) AS fd_pairs_,
-        if((set_first_ = set_last_) OR ((trimRight(substring(set_first_, 1, if((toString(bitXor(toFixedString(substring(set_first_, 1, 64), 64), toFixedString(substring(set_last_, 1, 64), 64))) AS set_xor_) = '', least(length(set_first_), length(set_last_)), least(toUInt64(length(set_xor_) - length(trimLeft(set_xor_, '\0'))), least(length(set_first_), length(set_last_))))), '0123456789-_.') AS set_stem_) = ''), set_first_, set_stem_) AS availability_set
-    FROM sevents.event_rollup
-    WHERE last_seen_at >= {since_day:Date}
-    GROUP BY event_id
-) AS r USING (event_id);

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from clickhouse_connect.driver.exceptions import DataError
 
+from ingest import lifecycle_store
 from ingest.clickhouse import CLIENT_ERRORS, about_the_data
 from ingest.columns import LAYOUTS, arrow_table
 from ingest.errors import RejectedRows, StoreError
@@ -97,6 +98,8 @@ _NARROW: Final[dict[str, tuple[tuple[str, ...], str | None]]] = {
 _FIRST: Final = "event_id"
 # Heartbeats last: alerts read the others, and a heartbeat's insert need not delay them.
 _INSERT_ORDER: Final = sorted((t.table for t in contract.RECORD_TYPES), key=lambda table: table == "heartbeats")
+# the tables whose rows are evidence of an event (``event_id``), which the stored lifecycles are computed from
+_EVENT_TABLES: Final = tuple(t.table for t in contract.RECORD_TYPES if any(f.name == "event_id" for f in t.fields))
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MS: Final = timedelta(milliseconds=1)
 
@@ -141,8 +144,10 @@ class Writer:
         # optimize_on_insert=0: the tables collapse repeated keys when parts merge and readers use FINAL or
         # merge states, so sorting out duplicates inside each inserted block again is work for nothing.
         self._common: dict[str, Any] = {"insert_deduplicate": 1, "async_insert": 0, "optimize_on_insert": 0}
+        self._refresh_settings: dict[str, Any] = {"async_insert": 0}
         if cluster:
             self._common["distributed_foreground_insert"] = 1
+            self._refresh_settings["distributed_foreground_insert"] = 1
 
     def store(self, batch: Batch, *, retry: bool = False) -> dict[str, int]:
         """Insert every table's rows of ``batch``; returns only when ClickHouse confirmed all of them.
@@ -172,6 +177,13 @@ class Writer:
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as error:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
+        # the events these rows are evidence of, computed again now that ClickHouse has them (a failure is the
+        # server's, never the batch's: retried like an insert)
+        touched = [i for table in _EVENT_TABLES if batch.origins[table] for i in batch.distinct(table, "event_id")]
+        try:
+            lifecycle_store.refresh(self.client, self.database, touched, self._refresh_settings)
+        except CLIENT_ERRORS as error:
+            raise StoreError(f"ClickHouse did not compute the events' lifecycles: {_short(error)}") from error
         return dropped
 
     def stored_versions(self, batch: Batch) -> dict[str, dict[str, list[tuple[Any, ...]]]]:

@@ -32,6 +32,7 @@ from dashboards.filters import DB, VM_VARIABLES, selected
 from dashboards.macros import QueryContext
 from dashboards.templating import Selection, apply_conditional_all, replace_variables
 from demo import synthetic
+from ingest import lifecycle_store
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
 from ingest.source import Delivery
@@ -175,11 +176,13 @@ def _store(client: Any, database: str, batch: list[dict[str, Any]]) -> None:
 
 def _copy(client: Any, source: str, database: str, vm_ids: list[str]) -> None:
     """The stored rows of ``vm_ids`` alone, as stored (the ingest time included: the ingest-lag panel reads it);
-    the views and rollups follow their tables as in ``source``."""
+    the views and rollups follow their tables as in ``source``, and the events' stored lifecycles are computed from
+    them as the ingest does."""
     migrate(client, Target(database=database))
     wanted = ", ".join(f"'{vm_id}'" for vm_id in vm_ids)  # GUIDs made here
     for table in ("transitions", "heartbeats", "impacts", "approvals"):
         client.command(f"INSERT INTO {database}.{table} SELECT * FROM {source}.{table} WHERE vm_id IN ({wanted})")
+    lifecycle_store.refresh_all(client, database)
 
 
 @pytest.fixture(scope="module")

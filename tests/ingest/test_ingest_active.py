@@ -11,6 +11,7 @@ from typing import Any
 
 from dashboards.alerts import RULES
 from dashboards.filters import ACTIVE_IDS, since
+from ingest import lifecycle_store
 
 
 def _now() -> datetime:
@@ -35,6 +36,7 @@ def _transition(db: str, ch: Any, tid: str, vm: int, kind: str, status: str, ago
         **extra,
     }
     ch.insert(f"{db}.transitions", [list(row.values())], column_names=list(row))
+    lifecycle_store.refresh(ch, db, [row["event_id"]])  # as the ingest does after storing a batch
 
 
 def _heartbeat(db: str, ch: Any, vm: int, ago_s: float, *, final: bool = False, started_ago_s: float = 3600) -> None:
@@ -134,7 +136,7 @@ def test_an_event_announced_weeks_ago_is_read_whole(ch: Any, db: str) -> None:
     _transition(db, ch, "a", 0, "appeared", "Scheduled", 20 * 86400, not_before=_now() + timedelta(days=1))
     _transition(db, ch, "b", 0, "status_changed", "Started", 60)
     _transition(db, ch, "c", 1, "appeared", "Scheduled", 200 * 86400, event_id="E-long-gone")
-    sql = f"SELECT event_id, first_seen_at, started_at, transitions FROM {since(ACTIVE_IDS, 'events_since')}"
+    sql = f"SELECT event_id, first_seen_at, started_at, transitions FROM {since(ACTIVE_IDS, 'events')}"
     rows = ch.query(sql.replace("sevents.", f"{db}.")).result_rows
     first, started = ch.query(
         f"SELECT min(observed_at), max(observed_at) FROM {db}.transitions WHERE event_id = 'E-reboot'"

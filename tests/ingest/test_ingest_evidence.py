@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest import lifecycle_store
 from tests.tiers import examples
 
 T0 = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
@@ -41,6 +42,7 @@ def _transition(ch: Any, db: str, vm: str, kind: str, status: str, second: float
         **extra,
     }
     ch.insert(f"{db}.transitions", [list(row.values())], column_names=list(row))
+    lifecycle_store.refresh(ch, db, [event_id])  # as the ingest does after storing a batch
 
 
 def _impact(ch: Any, db: str, vm: str, began: float, seconds: float, event_id: str = "E-1") -> None:
@@ -56,6 +58,7 @@ def _impact(ch: Any, db: str, vm: str, began: float, seconds: float, event_id: s
         "event_type": "Reboot",
     }
     ch.insert(f"{db}.impacts", [list(row.values())], column_names=list(row))
+    lifecycle_store.refresh(ch, db, [event_id])
 
 
 def _approval(ch: Any, db: str, vm: str, second: float, event_id: str = "E-1") -> None:
@@ -72,6 +75,7 @@ def _approval(ch: Any, db: str, vm: str, second: float, event_id: str = "E-1") -
         "decided_at": _at(second),
     }
     ch.insert(f"{db}.approvals", [list(row.values())], column_names=list(row))
+    lifecycle_store.refresh(ch, db, [event_id])
 
 
 def _heartbeat(ch: Any, db: str, vm: str, ago_s: float, *, final: bool = False) -> None:

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from demo import synthetic
-from ingest import event_sql, queries
+from ingest import event_sql, lifecycle_store, queries
 from ingest.handler import Handler
 from ingest.migrate import load_migrations
 from sevents import records
@@ -124,10 +124,11 @@ def test_events_carry_scoped_domains_beside_the_bare_numbers(ch: Any, db: str, h
 
 
 def test_the_events_view_labels_sets_by_the_query_layers_rule() -> None:
-    """The migration that last made the events view pastes the one label rule (``event_sql.set_label``) into it:
-    they cannot drift."""
-    latest = [m for m in load_migrations() if "CREATE VIEW ${db}.events_since " in m.template][-1]
-    assert latest.version >= 11
+    """The migration that last made the view computing each event's lifecycle (``event_evidence_since`` since 0017)
+    pastes the one label rule (``event_sql.set_label``) into it: they cannot drift."""
+    computes = ("CREATE VIEW ${db}.events_since ", "CREATE VIEW IF NOT EXISTS ${db}.event_evidence_since ")
+    latest = [m for m in load_migrations() if any(c in m.template for c in computes)][-1]
+    assert latest.version >= 17
     assert event_sql.set_label("set_first_", "set_last_") in latest.template
 
 
@@ -193,6 +194,7 @@ def _hit(ch: Any, db: str, names: list[str], seconds: float) -> None:
         "event_type",
     ]
     ch.insert(f"{db}.impacts", rows, column_names=columns)
+    lifecycle_store.refresh(ch, db, [row[columns.index("event_id")] for row in rows])
 
 
 def test_hit_domains_keep_each_set_apart(ch: Any, db: str, handler: Handler) -> None:

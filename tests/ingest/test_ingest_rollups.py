@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import event_sql
+from ingest import event_sql, lifecycle_store
 from ingest.migrate import Target, load_migrations, migrate, render
 
 # Real ClickHouse, hundreds of inserts and queries per property run: the slow tier (still run in CI).
@@ -102,6 +102,14 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     return rows
 
 
+HISTORY = "event_history"  # each event's stored lifecycle (0017): emptied with the tables it is computed from
+
+
+def refresh(client: Any, database: str, batch: list[dict[str, Any]]) -> None:
+    """What the ingest does once a batch is stored: the events it touched computed again."""
+    lifecycle_store.refresh(client, database, [r["event_id"] for r in batch])
+
+
 def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
     return sorted(client.query(sql).result_rows, key=repr)
 
@@ -113,6 +121,8 @@ def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
 EVIDENCE = "started_at_source, ended_at_source, released_by"
 # Migration 0016 added Azure's account of each event (none in these streams: 'sevents', '', 'sevents')
 PLATFORM = "seen_by, platform_status, outcome_source"
+# Migration 0017 stores each event's lifecycle with its last activity (what events_since selects by)
+STORED = "last_seen_at"
 
 
 def expected_events(db: str, columns: str = "*") -> str:
@@ -150,7 +160,7 @@ def expected_event_vms(db: str) -> str:
 @given(stream=streams(), data=st.data())
 def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list[dict[str, Any]], data: Any) -> None:
     """Duplicates, any arrival order and any batch split give exactly the reference views' rows."""
-    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements"):
+    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     delivered = stream + data.draw(st.lists(st.sampled_from(stream), max_size=10), label="duplicates")
     delivered = data.draw(st.permutations(delivered), label="order")
@@ -159,13 +169,14 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
         if start < end:
             batch = delivered[start:end]
             ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
+            refresh(ch, rollup_db, batch)
     first_day = f"(SELECT toDate(min(first_seen_at)) FROM {rollup_db}.event_rollup)"
     # 0008 added the measured downtime (no impacts here: NULL, 0) and 0009 the sets of the domains (tested in
     # test_ingest_fault_sets); every other column is 0004's, in its order
     sets = "availability_set, fault_sets, fault_domain_labels, update_domain_labels"
     observed = {
         "event_vms": f"observed_impact_s, vm_started_at, {EVIDENCE}",
-        "events": f"observed_impact_s, impacted_vms, {sets}, {EVIDENCE}, {PLATFORM}",
+        "events": f"observed_impact_s, impacted_vms, {sets}, {EVIDENCE}, {PLATFORM}, {STORED}",
     }
     reference = {"event_vms": expected_event_vms(rollup_db), "events": expected_events(rollup_db)}
     for view in ("event_vms", "events"):
@@ -219,7 +230,7 @@ def test_active_events_are_the_events_active_terminate_and_preempt_included(
 
     The streams are as collectors write them: an event keeps its type, a VM's status only moves forward, whether
     the event affects a VM does not change, and only a disappearance may leave the type empty."""
-    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements"):
+    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     started: set[tuple[str, str]] = set()
     affects: dict[tuple[str, str], bool] = {}
@@ -234,6 +245,7 @@ def test_active_events_are_the_events_active_terminate_and_preempt_included(
         elif row["status"] and pair in started:
             row["status"] = "Started"
     ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in stream], column_names=COLUMNS)
+    refresh(ch, rollup_db, stream)
     active = _rows(ch, f"SELECT event_id FROM {rollup_db}.events WHERE outcome = 'active'")
     assert _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events") == active
 
@@ -250,7 +262,7 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     """The per-event sets kept by their own rollup (events.fault_domain_labels) equal those the query layer finds
     over the event's VMs, whatever the duplicates, order and batches, with VMs in availability and scale sets.
     Each VM keeps one identity, as in Azure (the rollup keeps every name and domain it saw)."""
-    for table in ("transitions", "event_vm_rollup", "event_rollup"):
+    for table in ("transitions", "event_vm_rollup", "event_rollup", HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     first: dict[str, dict[str, Any]] = {}
     for r in stream:
@@ -264,6 +276,7 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     for batch in (delivered[:cut], delivered[cut:]):
         if batch:
             ch.insert(f"{rollup_db}.transitions", [[r[c] for c in COLUMNS] for r in batch], column_names=COLUMNS)
+            refresh(ch, rollup_db, batch)
     pairs = event_sql.scoped(f"SELECT event_id FROM {rollup_db}.event_rollup", f"{rollup_db}.")
     labels = "arraySort(groupUniqArrayIf(fault_domain_label, affects_this_vm))"
     by_pairs = _rows(ch, f"SELECT event_id, {labels} FROM {pairs} GROUP BY event_id")
@@ -338,7 +351,7 @@ def test_rows_stored_before_the_cheaper_columns_give_the_same_events(ch: Any) ->
     expected = _rows(ch, f"SELECT * FROM {database}.ref_events")
     assert [(r[0], r[12]) for r in expected] == [("E-1", "active"), ("E-2", "completed")]
     ours = "* EXCEPT (observed_impact_s, impacted_vms, availability_set, fault_sets, fault_domain_labels, "
-    ours += f"update_domain_labels, {EVIDENCE}, {PLATFORM})"
+    ours += f"update_domain_labels, {EVIDENCE}, {PLATFORM}, {STORED})"
     migrate(ch, Target(database=database))
     assert _rows(ch, f"SELECT {ours} FROM {database}.events") == expected, "whether or not the mutation has run"
     for table in ("event_vm_rollup", "event_rollup"):

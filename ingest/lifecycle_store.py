@@ -1,0 +1,68 @@
+"""Keeps each event's stored lifecycle current (``event_history``, migration 0017).
+
+Whatever stores evidence of an event (a collector's transitions, downtime or approvals, Azure's account of it)
+calls ``refresh`` with the events it touched once ClickHouse confirmed the rows and before the batch is
+acknowledged: each is computed again from all its evidence (``event_evidence_since``) and written as one row. A
+crash in between leaves the batch unacknowledged, so it is delivered again and the refresh runs then.
+
+The newest computation wins (``computed_at`` is the server's clock when it read): two workers refreshing one
+event at once each read after their own rows were stored, so the later read saw both. What changes with time
+alone (a holder's silence, the 30-day horizon) is not stored; the ``events`` view looks it up when read.
+"""
+
+# The SQL is a constant of this module; every value is bound server-side.
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+# events per statement: the EventIds are bound as one array, and one statement reads their rows once
+CHUNK: Final = 2_000
+
+# The first day any row of the events was written (their first rollup row, or Azure's first account of one only
+# Azure has): the evidence view reads from it. Today when nothing of them is stored (nothing to compute).
+_FIRST_DAY: Final = """
+SELECT toDate(least(
+    ifNull((SELECT minOrNull(first_seen_at) FROM {db}.event_rollup WHERE event_id IN {{ids:Array(String)}}), now64(3)),
+    ifNull((SELECT minOrNull(first_seen_at) FROM {db}.azure_scheduled_events WHERE event_id IN {{ids:Array(String)}}),
+           now64(3))))
+"""
+
+# The day is bound, not a subquery's alias: a parameterised view's argument must be a value on a cluster too.
+_REFRESH: Final = """
+INSERT INTO {db}.event_history
+SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = {{day:Date}})
+WHERE event_id IN {{ids:Array(String)}}
+"""
+
+_ALL: Final = """
+INSERT INTO {db}.event_history
+SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = toDate('1970-01-01'))
+"""
+
+# On a cluster the evidence view joins and filters Distributed tables by subqueries over others: each subquery is
+# run once and sent to every shard (without it ClickHouse refuses double-distributed subqueries). Nothing on one
+# node.
+_SETTINGS: Final = {"distributed_product_mode": "global"}
+
+
+def refresh(client: Any, database: str, event_ids: Iterable[str], settings: Mapping[str, Any] | None = None) -> int:
+    """Compute and store the lifecycle of each of ``event_ids`` (empty ids ignored); returns how many were asked.
+
+    Raises what the client raises: the caller's batch is then not acknowledged, so it is stored and refreshed
+    again.
+    """
+    ids = sorted({str(event_id) for event_id in event_ids if event_id})
+    options = {**_SETTINGS, **dict(settings or {})}
+    for start in range(0, len(ids), CHUNK):
+        chunk = {"ids": ids[start : start + CHUNK]}
+        day = client.query(_FIRST_DAY.format(db=database), parameters=chunk, settings=options).result_rows[0][0]
+        client.command(_REFRESH.format(db=database), parameters={**chunk, "day": day}, settings=options)
+    return len(ids)
+
+
+def refresh_all(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> None:
+    """Compute every event of the history again (after loading rows by other means than the ingest)."""
+    spill = {"max_bytes_before_external_group_by": 1_000_000_000}
+    client.command(_ALL.format(db=database), settings={**_SETTINGS, **spill, **dict(settings or {})})

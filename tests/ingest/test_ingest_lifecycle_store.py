@@ -1,0 +1,99 @@
+"""Each event's stored lifecycle (``event_history``, migration 0017) follows its evidence through the real ingest.
+
+The handler stores a batch and, before acknowledging it, computes again every event the batch touched; the
+``events`` view reads those rows and looks up only the silence of the VMs still showing an event.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from demo import synthetic
+from ingest import lifecycle_store
+from ingest.handler import Handler
+
+from .conftest import deliveries
+
+ALL = "since_day = toDate('1970-01-01')"
+HOLDERS = "arrayMap(h -> (h.1, h.2), holders) AS holders"  # the table names the tuple's elements, the view does not
+
+
+def _stored(ch: Any, db: str) -> list[tuple[Any, ...]]:
+    """The stored rows, newest computation per event, without the moment they were computed."""
+    sql = f"SELECT * EXCEPT (computed_at) REPLACE ({HOLDERS}) FROM {db}.event_history FINAL ORDER BY event_id"
+    return ch.query(sql).result_rows
+
+
+def _computed(ch: Any, db: str) -> list[tuple[Any, ...]]:
+    """Every event computed now from all its evidence."""
+    sql = f"SELECT * REPLACE ({HOLDERS}) FROM {db}.event_evidence_since({ALL}) ORDER BY event_id"
+    return ch.query(sql).result_rows
+
+
+def _outcomes(ch: Any, db: str) -> dict[str, str]:
+    return dict(ch.query(f"SELECT event_id, outcome FROM {db}.events").result_rows)
+
+
+def test_every_batch_leaves_the_stored_lifecycles_equal_to_the_evidence(ch: Any, db: str, handler: Handler) -> None:
+    """Batch after batch (one VM, then another, then the end), the stored rows are what the evidence says now."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)  # within the 30-day horizon
+    first, second = synthetic.lifecycle("E-1", 0, start=start), synthetic.lifecycle("E-1", 1, start=start)
+    other = synthetic.transition(vm_index=2, event_id="E-2", observed_at=start)
+    batches = [first[:1], [second[0], other], first[1:], second[1:]]
+    outcomes = []
+    for index, batch in enumerate(batches):
+        handler(deliveries(batch, prefix=f"b{index}"))
+        assert _stored(ch, db) == _computed(ch, db), f"after batch {index}"
+        outcomes.append(_outcomes(ch, db))
+    assert outcomes[0] == {"E-1": "active"}
+    assert outcomes[-1] == {"E-1": "completed", "E-2": "active"}
+
+
+def test_a_redelivered_batch_changes_no_stored_lifecycle(ch: Any, db: str, handler: Handler) -> None:
+    """At-least-once delivery: the same batch again computes the same rows (only computed_at moves)."""
+    batch = synthetic.lifecycle("E-1", 0)
+    handler(deliveries(batch))
+    before = _stored(ch, db)
+    handler(deliveries(batch, prefix="again"))
+    assert _stored(ch, db) == before
+
+
+def test_an_older_computation_never_replaces_a_newer_one(ch: Any, db: str, handler: Handler) -> None:
+    """Two workers refreshing one event: the row computed last wins, whatever order the inserts land in."""
+    handler(deliveries(synthetic.lifecycle("E-1", 0)))
+    newest = ch.query(f"SELECT computed_at FROM {db}.event_history FINAL").result_rows[0][0]
+    stale = f"SELECT * REPLACE ('active' AS outcome, now64(6) - INTERVAL 1 HOUR AS computed_at) FROM {db}.event_history"
+    ch.command(f"INSERT INTO {db}.event_history {stale}")
+    assert _outcomes(ch, db) == {"E-1": "completed"}
+    assert ch.query(f"SELECT computed_at FROM {db}.event_history FINAL").result_rows[0][0] == newest
+
+
+def test_silence_is_looked_up_when_read_not_when_stored(ch: Any, db: str, handler: Handler) -> None:
+    """An event still shown by one VM after another saw it end: active while that VM is not silent, not active once
+    it is, with no new record of the event in between (the stored row is the same)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    shown = synthetic.transition(vm_index=0, event_id="E-1", observed_at=now - timedelta(minutes=20))
+    seen = synthetic.transition(vm_index=1, event_id="E-1", observed_at=now - timedelta(minutes=20))
+    gone = synthetic.transition(
+        vm_index=1,
+        event_id="E-1",
+        incarnation=2,
+        kind="disappeared",
+        status="",
+        prev_status="Scheduled",
+        observed_at=now - timedelta(minutes=19),
+    )
+    handler(deliveries([shown, seen, gone]))
+    stored = _stored(ch, db)
+    assert _outcomes(ch, db) == {"E-1": "active"}, "vm 0 has not been silent (no heartbeat yet) and still shows it"
+    # vm 0's latest heartbeat is ten minutes old: silent (300 s), and another VM saw the event end
+    handler(deliveries([synthetic.heartbeat(vm_index=0, observed_at=now - timedelta(minutes=10))], prefix="hb"))
+    assert _stored(ch, db) == stored, "a heartbeat is no evidence of an event"
+    assert _outcomes(ch, db) == {"E-1": "cancelled"}
+
+
+def test_refresh_of_events_with_no_evidence_stores_nothing(ch: Any, db: str) -> None:
+    """An EventId nothing was stored for (or an empty one) computes no row."""
+    assert lifecycle_store.refresh(ch, db, ["", "E-unknown"]) == 1
+    assert _stored(ch, db) == []
