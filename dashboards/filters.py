@@ -128,6 +128,8 @@ OVERLAPPING_IDS: Final = (
 # The user-initiated events (EventSource User) among those overlapping the range: the only ones whose waits the
 # approval dashboard shows per VM.
 USER_IDS: Final = event_sql.user_initiated(OVERLAPPING_IDS, f"{DB}.")
+# The events under way when the range starts: the only ones whose state at its left edge the timeline computes.
+UNDER_WAY_IDS: Final = event_sql.under_way_at(OVERLAPPING_IDS, "$__fromTime", f"{DB}.")
 
 # What a panel reads of events through ``since``, named whole so that a search for one finds every panel that
 # reads it (ingest/schema.sql shows them): ``events``, each event's stored lifecycle read now (one row per event),

@@ -39,6 +39,15 @@ def user_initiated(ids: str, db: str = "") -> str:
     return f"SELECT event_id FROM {db}event_history WHERE event_source = 'User' AND event_id IN ({ids})"
 
 
+def under_way_at(ids: str, moment: str, db: str = "") -> str:
+    """The events of ``ids`` first seen before ``moment`` (SQL) and not over by then, from their stored lifecycle:
+    a superset (a VM still showing one keeps it), for the per-VM reads of a range's first state."""
+    return (
+        f"SELECT event_id FROM {db}event_history WHERE event_id IN ({ids}) AND first_seen_at < {moment} "
+        f"AND (ended_at IS NULL OR ended_at >= {moment} OR notEmpty(holders))"
+    )
+
+
 def rollup_rows(ids: str, bound: str) -> str:
     """The condition on ``event_rollup`` rows of the events ``ids`` selects, none written before ``bound`` (if any)."""
     return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
