@@ -8,7 +8,9 @@ set with a full lifecycle per VM (appeared Scheduled with a NotBefore, Started, 
 in 50 a Redeploy, the rest Freeze. The last few events are still under way, so alert rules have rows. Plus
 heartbeats: one per VM per hour for the last seven days (what raw heartbeats keep), one per VM per day before.
 Plus Azure's own account (issue 27): an inventory of the fleet's VMs and 5% more that never ran a collector,
-and 14 days of Resource Health annotations (one per VM of each ended event, a host repair per unannounced pause).
+14 days of Resource Health annotations (one per VM of each ended event, a host repair per unannounced pause), and
+14 days of the central Scheduled Events feed (each event's statuses, and one in 20 announced to VMs without a
+collector as well).
 Plus what collectors with an approval policy for Reboot and Redeploy and downtime measurement send: each VM of
 an ended event measured its downtime (``impacts``: a Freeze's pause, a reboot's minutes; one unannounced pause
 in every 100 events) and recorded its policy's decision (``approvals``: the first VM approves a Reboot or
@@ -289,6 +291,39 @@ WHERE began <= {_ts(fleet.now)}
 """
 
 
+PLATFORM_ONLY_EVERY = 20  # one event in 20 also has a twin Azure announced to VMs without a collector
+
+
+def scheduled_events_sql(fleet: Fleet) -> str:
+    """Microsoft's central Scheduled Events feed for the last ``ANNOTATION_DAYS`` days (azure_scheduled_events, every
+    set opted in): each event as Scheduled, Started and Completed (the events under way: as far as they got), and
+    one event in ``PLATFORM_ONLY_EVERY`` with a twin on a set without collectors, which only Azure's account has."""
+    first = max(0, int(fleet.events * (1 - ANNOTATION_DAYS / fleet.days)))
+    uncovered = max(1, int(fleet.sets * UNCOVERED_SHARE))
+    return f"""
+INSERT INTO sevents.azure_scheduled_events (event_id, event_status, event_type, resource_type, resources, not_before,
+ duration_s, event_source, description, resource_id, subscription_id, resource_group, row_hash, first_seen_at,
+ reconciled_at)
+SELECT id, status, etype, 'VirtualMachine', arrayMap(i -> concat('set', toString(vs), '-vm', toString(i)),
+ range({SET_SIZE})), t0 + toIntervalMinute(15), toInt64(if(etype = 'Freeze', 5, -1)), 'Platform',
+ 'Planned maintenance', concat('/subscriptions/{SUBSCRIPTION}/resourcegroups/rg-', toString(vs % 20),
+ '/providers/microsoft.compute/virtualmachines/set', toString(vs), '-vm0'), '{SUBSCRIPTION}',
+ concat('rg-', toString(vs % 20)), cityHash64(id, status), at, at
+FROM
+(
+    SELECT *, k, twin,
+        if(twin = 1, lower(hex(cityHash64('platform-event', e))), event_id) AS id,
+        if(twin = 1, {fleet.sets} + e % {uncovered}, s) AS vs,
+        ['Scheduled', 'Started', 'Completed'][k + 1] AS status,
+        t0 + toIntervalMillisecond(if(ended AND {_approved()}, [0, 300000, 900000], [0, 900000, 1500000])[k + 1]) AS at
+    FROM ({_event_vms(fleet, first, fleet.events - first, 1)})
+    ARRAY JOIN CAST([0, 1, 2], 'Array(UInt64)') AS k
+    ARRAY JOIN if(e % {PLATFORM_ONLY_EVERY} = 3, [0, 1], [0]) AS twin
+)
+WHERE at <= {_ts(fleet.now)} AND (ended OR k < 2)
+"""
+
+
 def load(client: Any, fleet: Fleet, first: int, last: int, chunk: int, progress: str) -> None:
     """Events [first, last) in chunks, with progress on stderr."""
     began = time.perf_counter()
@@ -458,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         load_heartbeats(client, fleet, fleet.event_at(recent), fleet.now - timedelta(days=7), 86400)
         client.command(inventory_sql(fleet))  # Azure's account (issue 27): the same at 10% and at 100%
         client.command(annotations_sql(fleet))
+        client.command(scheduled_events_sql(fleet))
         small_load = time.perf_counter() - began
         refreshed = [_refresh_all(client)]
         settled = [settle(client, args.settle)]
@@ -470,12 +506,13 @@ def main(argv: list[str] | None = None) -> int:
         refreshed.append(_refresh_all(client))
         counts = dict(
             zip(
-                ("transitions", "heartbeats", "events", "active_events", "inventory_vms", "annotations"),
+                ("transitions", "heartbeats", "events", "active_events", "inventory_vms", "annotations", "feed_rows"),
                 client.query(
                     "SELECT (SELECT count() FROM sevents.transitions), (SELECT count() FROM sevents.heartbeats), "
                     "(SELECT uniqExact(event_id) FROM sevents.event_rollup), "
                     "(SELECT count() FROM sevents.active_events), (SELECT count() FROM sevents.azure_vms), "
-                    "(SELECT count() FROM sevents.azure_annotations)"
+                    "(SELECT count() FROM sevents.azure_annotations), "
+                    "(SELECT count() FROM sevents.azure_scheduled_events)"
                 ).result_rows[0],
                 strict=True,
             )
