@@ -18,8 +18,7 @@ from collector.ship import make_sink
 from tests.eventhubs.amqp_endpoint import EventHubsEndpoint
 from tests.eventhubs.azurite import Azurite, CheckpointStores
 from tests.eventhubs.hub_store import HubStore
-from tests.eventhubs.test_eh_cli import _rows
-from tests.helpers import eventually
+from tests.helpers import eventually, numbered_transitions, outbox_rows
 from tests.ingest.feed_events import cloud_event, resource_info
 
 BIN = Path(sys.executable).parent
@@ -38,7 +37,7 @@ def test_run_reads_the_feed_beside_the_collectors_hub(
         )
     )
     assert sink is not None
-    sink.send(_rows(8))
+    sink.send(outbox_rows(numbered_transitions(0, 8, vms=8), record_seq=True))
     sink.close()
     now = datetime.now(UTC)
     info = resource_info("E-platform", "Scheduled", ["vm-900"], not_before="")
