@@ -358,6 +358,13 @@ GAP_LEAD_S = 900  # an event the VM saw at most this long before the annotation 
 GAP_SLACK_S = 120  # ... or this little after it: the collector's poll interval and the clocks' skew
 _DOWNTIME_SQL = "[" + ", ".join(f"'{name}'" for name in DOWNTIME_ANNOTATIONS) + "]"
 _CHANGED_IN_WINDOW = "changed_at >= {since:DateTime64(3, 'UTC')} AND changed_at < {until:DateTime64(3, 'UTC')}"
+# The vmIds of those annotations (the reconciler's, or the inventory's for the resource ids it gave none), read
+# without the CTE below: ClickHouse evaluates a CTE again at each use, and each use here would join the inventory.
+_ANNOTATED_VMS = (
+    f"SELECT lower(vm_id) FROM azure_annotations WHERE {_CHANGED_IN_WINDOW} UNION ALL SELECT lower(vm_id) "
+    f"FROM azure_vms WHERE resource_id IN (SELECT resource_id FROM azure_annotations WHERE {_CHANGED_IN_WINDOW} "
+    "AND vm_id = '')"
+)
 
 # Each annotation changed in [since, until) (the window's months of azure_annotations only), its VM's vmId (the
 # reconciler's, else the inventory's for its resource id), and the last transition of an event naming that VM
@@ -409,7 +416,7 @@ FROM
         WHERE observed_at >= {{since:DateTime64(3, 'UTC')}} - INTERVAL {GAP_LEAD_S} SECOND
           AND observed_at < {{until:DateTime64(3, 'UTC')}} + INTERVAL {GAP_SLACK_S} SECOND
           AND affects_this_vm AND event_id != ''
-          AND lower(vm_id) IN (SELECT vm_id FROM annotated)
+          AND lower(vm_id) IN ({_ANNOTATED_VMS})
     ) AS t ON t.vm_id = a.vm_id AND t.observed_at <= a.latest_
     LEFT JOIN
     (
@@ -417,7 +424,7 @@ FROM
         FROM heartbeat_hours
         WHERE hour >= toStartOfHour(toDateTime({{since:DateTime64(3, 'UTC')}}, 'UTC')) - INTERVAL 1 HOUR
           AND hour < {{until:DateTime64(3, 'UTC')}}
-          AND lower(vm_id) IN (SELECT vm_id FROM annotated)
+          AND lower(vm_id) IN ({_ANNOTATED_VMS})
         GROUP BY vm_id
     ) AS h ON h.vm_id = a.vm_id
 )
