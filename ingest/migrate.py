@@ -39,7 +39,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _ENGINE = re.compile(r"ENGINE\s*=\s*(\w*MergeTree)\(([^)]*)\)")
 _DISTRIBUTED = re.compile(r"^--\s*@distributed\s+(\w+)\s+(.+?)\s*$", re.MULTILINE)
 _BACKFILL = re.compile(r"^--\s*@backfill\s*$", re.MULTILINE)
-BACKFILL_SETTINGS = "max_bytes_before_external_group_by = 1000000000"
+# (distributed_product_mode: on a cluster a backfill reading a view runs each of its subqueries once and sends
+# the result to every shard; docs/scale.md. Nothing on one node.)
+BACKFILL_SETTINGS = "max_bytes_before_external_group_by = 1000000000, distributed_product_mode = 'global'"
 _VIEW_TARGET = re.compile(r"\bTO\s+(\S+)\s+AS\s+(SELECT\b.*)$", re.DOTALL)
 _REPLICA_ARGS = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
 
