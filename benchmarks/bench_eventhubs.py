@@ -66,6 +66,7 @@ from bench_latency import percentile, timed  # noqa: E402
 from eh_stages import STAGES, journeys, slowest, summary  # noqa: E402
 from eh_webhook import WebhookReceiver, webhook_latencies  # noqa: E402
 
+from ingest import lifecycle_refresher  # noqa: E402
 from ingest.clickhouse import connect  # noqa: E402
 from ingest.handler import Handler  # noqa: E402
 from ingest.migrate import Target, migrate  # noqa: E402
@@ -153,7 +154,9 @@ class WorkerHandlers:
             if (owner, pid) not in self.handlers:
                 verify = IngestSettings().verify_window if owner in self.owners else 0.0
                 self.owners.add(owner)
-                writer = Writer(self.client, DATABASE, verify_window=verify)
+                # lifecycles put off while batches keep coming, as the ingest does (ingest.lifecycle_refresher)
+                every = lifecycle_refresher.DEFAULT_EVERY
+                writer = Writer(self.client, DATABASE, verify_window=verify, refresh_every=every)
                 self.handlers[owner, pid] = Handler(writer, source="eventhubs", stop=threading.Event())
             return self.handlers[owner, pid]
 

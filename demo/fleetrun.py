@@ -96,7 +96,7 @@ class FleetRun:
         if self.ingest_thread is not None:
             self.ingest_thread.join(timeout=60)
         drain = build(self.settings, threading.Event(), client=self.client, apply_migrations=False, until_idle=True)
-        drain.source.run(drain.handler, threading.Event())
+        drain.run(threading.Event())
         assert self.pipeline is not None
         self.pipeline.handler.stored += drain.handler.stored
         if self.failures:
@@ -213,7 +213,7 @@ def start(
         for agent in run.agents:
             run.threads.append(_thread(run, lambda a=agent: a.run(run.collectors_stop), "collector"))
         pipeline = run.pipeline
-        run.ingest_thread = _thread(run, lambda: pipeline.source.run(pipeline.handler, run.ingest_stop), "ingest")
+        run.ingest_thread = _thread(run, lambda: pipeline.run(run.ingest_stop), "ingest")
     except BaseException:
         run.close()
         raise

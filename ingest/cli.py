@@ -416,7 +416,7 @@ def _run(settings: IngestSettings, args: argparse.Namespace) -> int:
         prometheus.HEALTH.watch(live=lambda _: "", ready=lambda age: handler.store_problem(age or READY_MAX_AGE_S))
         log.info("ingest running", extra={"source": settings.source, "until_idle": args.until_idle})
         with _answering_reads(settings), feed_wiring.beside(settings, pipeline.client, stop):
-            pipeline.source.run(pipeline.handler, stop)
+            pipeline.run(stop)
         log.info("ingest stopped", extra={"stored": pipeline.handler.stored})
     finally:
         if tracing is not None:

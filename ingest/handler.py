@@ -328,6 +328,10 @@ class Handler:
         if self.on_stored is not None:
             self.on_stored(batch)
 
+    def close(self) -> None:
+        """After the source stopped: the lifecycles put off are computed (``Writer.close``)."""
+        self.writer.close()
+
     def store_problem(self, max_age_s: float) -> str:
         """Why the ingest is not ready (/readyz): ClickHouse has refused its writes for over ``max_age_s``; ""."""
         since = self.failing_since

@@ -41,6 +41,24 @@ INSERT INTO {db}.event_history
 SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = toDate('1970-01-01'))
 """
 
+# An event missing from event_history joins with computed_at at its default (1970): stale as well if the rollups
+# hold evidence of it (an EventId only downtime named has no lifecycle to compute, so it would stay stale).
+_STALE: Final = """
+SELECT q.event_id
+FROM (SELECT event_id, max(queued_at) AS queued FROM {db}.event_refresh_queue GROUP BY event_id) AS q
+LEFT JOIN
+(
+    SELECT event_id, max(computed_at) AS computed
+    FROM {db}.event_history
+    WHERE event_id IN (SELECT event_id FROM {db}.event_refresh_queue)
+    GROUP BY event_id
+) AS h USING (event_id)
+WHERE h.computed < q.queued
+  AND (h.computed > 0 OR q.event_id IN (
+      SELECT event_id FROM {db}.event_rollup WHERE event_id IN (SELECT event_id FROM {db}.event_refresh_queue)))
+ORDER BY q.event_id
+"""
+
 # On a cluster the evidence view joins and filters Distributed tables by subqueries over others: each subquery is
 # run once and sent to every shard (without it ClickHouse refuses double-distributed subqueries). Nothing on one
 # node.
@@ -60,6 +78,19 @@ def refresh(client: Any, database: str, event_ids: Iterable[str], settings: Mapp
         day = client.query(_FIRST_DAY.format(db=database), parameters=chunk, settings=options).result_rows[0][0]
         client.command(_REFRESH.format(db=database), parameters={**chunk, "day": day}, settings=options)
     return len(ids)
+
+
+def queue(client: Any, database: str, event_ids: Iterable[str], settings: Mapping[str, Any] | None = None) -> None:
+    """Mark ``event_ids`` as put off (``event_refresh_queue``): ``stale`` lists them until they are refreshed."""
+    rows = [[i] for i in sorted({str(i) for i in event_ids if i})]
+    if rows:
+        client.insert(f"{database}.event_refresh_queue", rows, column_names=["event_id"], settings=dict(settings or {}))
+
+
+def stale(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> list[str]:
+    """The queued events whose stored lifecycle is older than their latest mark (or that have none)."""
+    options = {**_SETTINGS, **dict(settings or {})}
+    return [row[0] for row in client.query(_STALE.format(db=database), settings=options).result_rows]
 
 
 def refresh_all(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> None:

@@ -778,6 +778,20 @@ ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
+-- event_refresh_queue: the events whose lifecycle the ingest put off computing while batches kept coming; a sweep
+--   refreshes those whose event_history row is older than their mark (kept a week) (table, last defined by
+--   0018_lifecycle_refresh_queue)
+CREATE TABLE sevents.event_refresh_queue
+(
+    `event_id` String,
+    `queued_at` DateTime64(6, 'UTC') DEFAULT now64(6)
+)
+ENGINE = MergeTree
+PARTITION BY toDate(queued_at)
+ORDER BY (event_id, queued_at)
+TTL toDateTime(queued_at) + toIntervalDay(7)
+SETTINGS index_granularity = 8192;
+
 -- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
 --   still showing it reports (view, last defined by 0017_stored_lifecycles)
 CREATE VIEW sevents.events

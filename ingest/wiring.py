@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.metrics import MeterProvider
 
-from ingest import retention
+from ingest import lifecycle_refresher, retention
 from ingest.attestation import Trust
 from ingest.attestation_gate import AttestationGate, PinStore
 from ingest.clickhouse import connect, connect_waiting
@@ -32,11 +32,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A ready-to-run ingest: ``source.run(handler, stop)``."""
+    """A ready-to-run ingest: ``run(stop)``."""
 
     client: Any
     source: Source
     handler: Handler
+
+    def run(self, stop: threading.Event) -> None:
+        """Deliver until ``stop`` (or until idle), then compute the lifecycles put off."""
+        try:
+            self.source.run(self.handler, stop)
+        finally:
+            self.handler.close()
 
 
 def open_client(settings: IngestSettings, stop: threading.Event | None = None, *, create: bool = True) -> Any:
@@ -81,7 +88,7 @@ def build(
     apply_migrations: bool = True,
     on_stored: Callable[[Batch], None] | None = None,
 ) -> Pipeline:
-    """Connect, migrate and wire everything; the caller runs ``pipeline.source.run(pipeline.handler, stop)``."""
+    """Connect, migrate and wire everything; the caller runs ``pipeline.run(stop)``."""
     client = client if client is not None else open_client(settings, stop)
     if apply_migrations:
         applied = migrate(client, settings.target)
@@ -90,7 +97,13 @@ def build(
         retention.apply(client, settings.target, settings.retention)
     metrics = IngestMetrics.create(meter_provider) if meter_provider is not None else None
     handler = Handler(
-        Writer(client, settings.database, cluster=bool(settings.cluster), verify_window=settings.verify_window),
+        Writer(
+            client,
+            settings.database,
+            cluster=bool(settings.cluster),
+            verify_window=settings.verify_window,
+            refresh_every=lifecycle_refresher.DEFAULT_EVERY,
+        ),
         source=settings.source.split(":", 1)[0],
         stop=stop,
         backoff=Backoff(initial=settings.retry_initial, cap=settings.retry_cap),

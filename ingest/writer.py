@@ -51,6 +51,7 @@ from ingest import lifecycle_store
 from ingest.clickhouse import CLIENT_ERRORS, about_the_data
 from ingest.columns import LAYOUTS, arrow_table
 from ingest.errors import RejectedRows, StoreError
+from ingest.lifecycle_refresher import Refresher
 from ingest.rows import DEAD_LETTER_COLUMNS, KEY_OF, Batch, insert_token
 from sevents import contract
 
@@ -132,7 +133,10 @@ class Writer:
         verify_window: float = math.inf,
         partitions_per_insert: int = PARTITIONS_PER_INSERT,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        refresh_every: float = 0.0,
     ) -> None:
+        """``refresh_every``: seconds the events' lifecycles may be put off while batches keep coming
+        (``ingest.lifecycle_refresher``; the ingest runs with ``DEFAULT_EVERY``); 0 refreshes with every batch."""
         self.client = client
         self.database = database
         self.verify_window = verify_window
@@ -148,6 +152,13 @@ class Writer:
         if cluster:
             self._common["distributed_foreground_insert"] = 1
             self._refresh_settings["distributed_foreground_insert"] = 1
+        settings = self._refresh_settings
+        self.lifecycles = Refresher(
+            lambda ids: lifecycle_store.refresh(client, database, ids, settings),
+            lambda ids: lifecycle_store.queue(client, database, ids, settings),
+            lambda: lifecycle_store.stale(client, database, settings),
+            every=refresh_every,
+        )
 
     def store(self, batch: Batch, *, retry: bool = False) -> dict[str, int]:
         """Insert every table's rows of ``batch``; returns only when ClickHouse confirmed all of them.
@@ -177,14 +188,18 @@ class Writer:
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as error:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
-        # the events these rows are evidence of, computed again now that ClickHouse has them (a failure is the
-        # server's, never the batch's: retried like an insert)
+        # the events these rows are evidence of, computed again now that ClickHouse has them or queued for that
+        # (a failure is the server's, never the batch's: retried like an insert)
         touched = [i for table in _EVENT_TABLES if batch.origins[table] for i in batch.distinct(table, "event_id")]
         try:
-            lifecycle_store.refresh(self.client, self.database, touched, self._refresh_settings)
+            self.lifecycles.touched(touched)
         except CLIENT_ERRORS as error:
             raise StoreError(f"ClickHouse did not compute the events' lifecycles: {_short(error)}") from error
         return dropped
+
+    def close(self) -> None:
+        """Compute the lifecycles put off so far (what fails stays queued for the next sweep)."""
+        self.lifecycles.close()
 
     def stored_versions(self, batch: Batch) -> dict[str, dict[str, list[tuple[Any, ...]]]]:
         """Table -> key -> every stored version (``COMPARED`` fields, ``comparable``) of the keys of ``batch`` that

@@ -28,7 +28,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from benchmarks import bench_dashboards
 from demo import synthetic
-from ingest import queries
+from ingest import lifecycle_store, queries
 from ingest.decode import DEFAULT_LIMITS
 from ingest.handler import prepare
 from ingest.migrate import Target, migrate
@@ -365,3 +365,19 @@ def test_a_query_for_one_vm_reads_only_its_shard_when_asked(engine: Any, databas
     everywhere = engine.query(sql, parameters={"vm": vm}).result_rows[0][0]
     pruned = engine.query(sql, parameters={"vm": vm}, settings={"optimize_skip_unused_shards": 1}).result_rows[0][0]
     assert (everywhere, pruned) == (6, 3)  # vm-000's lifecycle of E-over: three transitions
+
+
+def test_a_refresh_put_off_is_queued_and_swept_through_distributed_tables(
+    engine: Any, databases: dict[str, str]
+) -> None:
+    """The ingest's put-off refreshes (ingest.lifecycle_refresher) on two shards: the marks go through the
+    Distributed queue, the sweep finds the events whose stored lifecycle is older than their mark, and refreshing
+    them leaves nothing stale (an EventId with no evidence has no lifecycle to compute and is not stale)."""
+    db = databases[TWIN]
+    client = engine.profiled
+    writer = Writer(client, db, cluster=True, refresh_every=3600)
+    assert lifecycle_store.stale(client, db) == []
+    lifecycle_store.queue(client, db, ["E-over", "E-none"], {"distributed_foreground_insert": 1})
+    assert lifecycle_store.stale(client, db) == ["E-over"]
+    assert writer.lifecycles.sweep() == 1
+    assert lifecycle_store.stale(client, db) == []

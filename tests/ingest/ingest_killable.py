@@ -27,7 +27,7 @@ def main() -> None:
 
     stop = threading.Event()
     pipeline = build(settings, stop, on_stored=stored_then_hang)
-    pipeline.source.run(pipeline.handler, stop)
+    pipeline.run(stop)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 """Each event's stored lifecycle (``event_history``, migration 0017) follows its evidence through the real ingest.
 
-The handler stores a batch and, before acknowledging it, computes again every event the batch touched; the
-``events`` view reads those rows and looks up only the silence of the VMs still showing an event.
+The handler stores a batch and, before acknowledging it, computes again every event the batch touched, or queues
+them when it puts the refresh off under load (``ingest.lifecycle_refresher``); the ``events`` view reads those
+rows and looks up only the silence of the VMs still showing an event.
 """
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from demo import synthetic
 from ingest import lifecycle_store
 from ingest.handler import Handler
+from ingest.writer import Writer
 
 from .conftest import deliveries
 
@@ -97,3 +100,32 @@ def test_refresh_of_events_with_no_evidence_stores_nothing(ch: Any, db: str) -> 
     """An EventId nothing was stored for (or an empty one) computes no row."""
     assert lifecycle_store.refresh(ch, db, ["", "E-unknown"]) == 1
     assert _stored(ch, db) == []
+
+
+def test_a_lifecycle_put_off_survives_the_worker_and_the_next_one_computes_it(ch: Any, db: str) -> None:
+    """Under load the ingest puts refreshes off (ingest.lifecycle_refresher). A worker that stored a batch, queued
+    its event and died before refreshing it loses nothing: the next worker's first batch sweeps the queue."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    died = Handler(Writer(ch, db, refresh_every=3600), source="test", stop=threading.Event())
+    died(deliveries(synthetic.lifecycle("E-1", 0, start=start)[:1], prefix="a"))  # refreshed at once
+    died(deliveries(synthetic.lifecycle("E-2", 1, start=start), prefix="b"))  # put off: queued
+    assert _outcomes(ch, db) == {"E-1": "active"}
+    assert lifecycle_store.stale(ch, db) == ["E-2"]
+    # the worker dies here (never closed); the next one starts with a batch of heartbeats only
+    successor = Handler(Writer(ch, db, refresh_every=3600), source="test", stop=threading.Event())
+    successor(deliveries([synthetic.heartbeat(vm_index=3, observed_at=start)], prefix="c"))
+    assert _stored(ch, db) == _computed(ch, db)
+    assert _outcomes(ch, db) == {"E-1": "active", "E-2": "completed"}
+    assert lifecycle_store.stale(ch, db) == []
+
+
+def test_a_pipeline_computes_what_it_put_off_when_it_stops(ch: Any, db: str) -> None:
+    """Closing the handler (the ingest stopping, or an until-idle run ending) refreshes what was put off."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    handler = Handler(Writer(ch, db, refresh_every=3600), source="test", stop=threading.Event())
+    handler(deliveries(synthetic.lifecycle("E-1", 0, start=start)[:1], prefix="a"))
+    handler(deliveries(synthetic.lifecycle("E-1", 0, start=start)[1:], prefix="b"))
+    assert _outcomes(ch, db) == {"E-1": "active"}
+    handler.close()
+    assert _outcomes(ch, db) == {"E-1": "completed"}
+    assert _stored(ch, db) == _computed(ch, db)

@@ -77,7 +77,7 @@ def test_terminated_vm_with_its_collector_killed(ch: Any, db: str, tmp_path: Pat
                     process.wait(timeout=30)
     settings = IngestSettings(clickhouse="chdb:///unused", database=db, source=f"outbox:{tmp_path}/*")
     drain = build(settings, threading.Event(), client=ch, apply_migrations=False, until_idle=True)
-    drain.source.run(drain.handler, threading.Event())
+    drain.run(threading.Event())
 
     victim_rows = ch.query(
         f"SELECT kind, status FROM {db}.transitions FINAL WHERE vm_name = {{vm:String}} AND event_id != ''",

@@ -1,0 +1,162 @@
+"""When the ingest computes the lifecycles of the events its batches touched: at once, or at most every ``every``.
+
+A refresh (``ingest.lifecycle_store.refresh``) costs about as much as inserting a 10,000-record batch, nearly all
+of it ClickHouse planning the evidence view, whatever the number of events. Refreshing after every batch halved
+the ingest's throughput under load, so while batches keep coming the events are gathered and refreshed together:
+at most every ``every`` seconds, and never more than ``share`` of the time (a refresh that took 0.2 s waits 4 s
+for the next at 5%). The first batch after a quiet spell is refreshed at once, so a lone change shows as soon
+as it did before; under a backlog the lifecycles trail the stored rows by seconds, far less than an alert
+rule's evaluation interval.
+
+Nothing is lost when the process dies in between: before a batch whose refresh is put off is acknowledged, its
+events are queued in ClickHouse (``event_refresh_queue``, migration 0018). ``sweep`` refreshes every queued event
+whose stored lifecycle is older than its mark; the writer sweeps when it starts and every ``sweep_every``
+seconds, so a worker that never comes back is covered by the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from ingest.clickhouse import CLIENT_ERRORS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVERY: Final = 1.0  # seconds between refreshes while batches keep coming (what the ingest runs with)
+DEFAULT_SHARE: Final = 0.05  # of the ingest's time, at most, spent refreshing while batches keep coming
+DEFAULT_SWEEP_EVERY: Final = 60.0
+
+
+class Refresher:
+    """Gathers the events touched by stored batches and refreshes them at once or within ``every`` seconds.
+
+    ``refresh(ids)`` computes and stores the lifecycles; ``queue(ids)`` stores the marks that make a put-off
+    refresh survive a crash; ``stale()`` lists the marked events whose lifecycle is older than their mark. Each
+    raises what its client raises. ``every=0`` refreshes with every batch (tools and tests that read at once).
+    """
+
+    def __init__(
+        self,
+        refresh: Callable[[list[str]], object],
+        queue: Callable[[list[str]], object],
+        stale: Callable[[], list[str]],
+        *,
+        every: float = DEFAULT_EVERY,
+        share: float = DEFAULT_SHARE,
+        sweep_every: float = DEFAULT_SWEEP_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._refresh, self._queue, self._stale = refresh, queue, stale
+        self.every = every
+        self.share = share
+        self._gap = every  # the wait after the last refresh: every, or longer when refreshes grow costly
+        self.sweep_every = sweep_every
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._pending: set[str] = set()
+        self._last: float | None = None  # when the last refresh began
+        self._swept: float | None = None  # when the last sweep began (None: not since the start)
+        self._timer: threading.Timer | None = None
+        self._closed = False
+
+    def touched(self, event_ids: Iterable[str]) -> None:
+        """The events a batch just stored evidence of; returns once they are refreshed or queued.
+
+        Call before the batch is acknowledged. Raises what the client raises (the batch is then stored again).
+        """
+        ids = {i for i in event_ids if i}
+        self._sweep_if_due()
+        if not ids:
+            return
+        now = self.clock()
+        with self._lock:
+            due = self.every <= 0 or self._closed or self._last is None or now - self._last >= self._gap
+            if due:
+                ids |= self._pending
+                self._pending.clear()
+                self._last = now
+        if due:
+            self._run(sorted(ids))
+            return
+        self._queue(sorted(ids))  # stored before the batch is acknowledged: a crash leaves them to the sweep
+        with self._lock:
+            self._pending |= ids
+            self._arm(self._last + self._gap - now if self._last is not None else 0.0)
+
+    def flush(self) -> None:
+        """Refresh whatever is put off, now."""
+        with self._lock:
+            ids = sorted(self._pending)
+            self._pending.clear()
+            self._last = self.clock()
+        if ids:
+            self._run(ids)
+
+    def close(self) -> None:
+        """Stop the timer and refresh what is put off; a failure is logged (the queue keeps it for the sweep)."""
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+        self._flush_logged()
+
+    def sweep(self) -> int:
+        """Refresh every queued event whose stored lifecycle is older than its mark; returns how many."""
+        ids = self._stale()
+        if ids:
+            self._run(ids)
+            log.info("event lifecycles refreshed from the queue", extra={"events": len(ids)})
+        return len(ids)
+
+    def _sweep_if_due(self) -> None:
+        now = self.clock()
+        with self._lock:
+            due = self._swept is None or now - self._swept >= self.sweep_every
+            if due:
+                self._swept = now
+        if due:
+            try:
+                self.sweep()
+            except BaseException:
+                with self._lock:
+                    self._swept = None  # try again with the next batch
+                raise
+
+    def _run(self, ids: list[str]) -> None:
+        began = self.clock()
+        try:
+            self._refresh(ids)
+        except BaseException:
+            with self._lock:
+                self._pending.update(ids)  # still queued or still in an unacknowledged batch
+                self._last = None  # so the next batch tries at once
+            raise
+        took = self.clock() - began
+        with self._lock:
+            self._gap = max(self.every, took / self.share) if self.share > 0 else self.every
+
+    def _arm(self, delay: float) -> None:
+        # under self._lock
+        if self._timer is not None or self._closed:
+            return
+        self._timer = threading.Timer(max(0.0, delay), self._timed)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _timed(self) -> None:
+        with self._lock:
+            self._timer = None
+        self._flush_logged()
+
+    def _flush_logged(self) -> None:
+        try:
+            self.flush()
+        except CLIENT_ERRORS as error:  # the timer's thread has no caller: the queue keeps the events for the sweep
+            log.warning("event lifecycles not refreshed; the queue keeps them", extra={"error": repr(error)[:300]})
+            with self._lock:
+                if self._pending and not self._closed:
+                    self._arm(self._gap)
