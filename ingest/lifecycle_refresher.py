@@ -8,10 +8,11 @@ for the next at 5%). The first batch after a quiet spell is refreshed at once, s
 as it did before; under a backlog the lifecycles trail the stored rows by seconds, far less than an alert
 rule's evaluation interval.
 
-Nothing is lost when the process dies in between: before a batch whose refresh is put off is acknowledged, its
-events are queued in ClickHouse (``event_refresh_queue``, migration 0018). ``sweep`` refreshes every queued event
-whose stored lifecycle is older than its mark; the writer sweeps when it starts and every ``sweep_every``
-seconds, so a worker that never comes back is covered by the others.
+Nothing is lost when the process dies in between: the INSERT that stores a row naming an event also marks the
+event (``event_refresh_queue``, materialized views of migration 0018), so the mark is stored before the batch is
+acknowledged. ``sweep`` refreshes every marked event whose stored lifecycle is older than its mark; the writer
+sweeps when it starts and every ``sweep_every`` seconds, so a worker that never comes back is covered by the
+others.
 """
 
 from __future__ import annotations
@@ -34,15 +35,14 @@ DEFAULT_SWEEP_EVERY: Final = 60.0
 class Refresher:
     """Gathers the events touched by stored batches and refreshes them at once or within ``every`` seconds.
 
-    ``refresh(ids)`` computes and stores the lifecycles; ``queue(ids)`` stores the marks that make a put-off
-    refresh survive a crash; ``stale()`` lists the marked events whose lifecycle is older than their mark. Each
-    raises what its client raises. ``every=0`` refreshes with every batch (tools and tests that read at once).
+    ``refresh(ids)`` computes and stores the lifecycles; ``stale()`` lists the marked events whose lifecycle is
+    older than their mark. Each raises what its client raises. ``every=0`` refreshes with every batch (tools and
+    tests that read at once).
     """
 
     def __init__(
         self,
         refresh: Callable[[list[str]], object],
-        queue: Callable[[list[str]], object],
         stale: Callable[[], list[str]],
         *,
         every: float = DEFAULT_EVERY,
@@ -50,7 +50,7 @@ class Refresher:
         sweep_every: float = DEFAULT_SWEEP_EVERY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._refresh, self._queue, self._stale = refresh, queue, stale
+        self._refresh, self._stale = refresh, stale
         self.every = every
         self.share = share
         self._gap = every  # the wait after the last refresh: every, or longer when refreshes grow costly
@@ -64,14 +64,16 @@ class Refresher:
         self._closed = False
 
     def touched(self, event_ids: Iterable[str]) -> None:
-        """The events a batch just stored evidence of; returns once they are refreshed or queued.
+        """The events a batch just stored evidence of (and so marked); returns once they are refreshed or put off.
 
         Call before the batch is acknowledged. Raises what the client raises (the batch is then stored again).
         """
         ids = {i for i in event_ids if i}
-        self._sweep_if_due()
-        if not ids:
-            return
+        if ids:
+            self._take(ids)
+        self._sweep_if_due()  # after: this batch's events are refreshed or put off by now, not stale to it
+
+    def _take(self, ids: set[str]) -> None:
         now = self.clock()
         with self._lock:
             due = self.every <= 0 or self._closed or self._last is None or now - self._last >= self._gap
@@ -82,8 +84,7 @@ class Refresher:
         if due:
             self._run(sorted(ids))
             return
-        self._queue(sorted(ids))  # stored before the batch is acknowledged: a crash leaves them to the sweep
-        with self._lock:
+        with self._lock:  # marked with the rows: a crash before the refresh leaves them to the sweep
             self._pending |= ids
             self._arm(self._last + self._gap - now if self._last is not None else 0.0)
 
@@ -97,7 +98,7 @@ class Refresher:
             self._run(ids)
 
     def close(self) -> None:
-        """Stop the timer and refresh what is put off; a failure is logged (the queue keeps it for the sweep)."""
+        """Stop the timer and refresh what is put off; a failure is logged (the marks keep it for the sweep)."""
         with self._lock:
             self._closed = True
             if self._timer is not None:
@@ -105,11 +106,13 @@ class Refresher:
         self._flush_logged()
 
     def sweep(self) -> int:
-        """Refresh every queued event whose stored lifecycle is older than its mark; returns how many."""
+        """Refresh every marked event whose stored lifecycle is older than its mark; returns how many."""
         ids = self._stale()
         if ids:
             self._run(ids)
-            log.info("event lifecycles refreshed from the queue", extra={"events": len(ids)})
+            with self._lock:
+                self._pending.difference_update(ids)
+            log.info("event lifecycles refreshed from their marks", extra={"events": len(ids)})
         return len(ids)
 
     def _sweep_if_due(self) -> None:
@@ -132,7 +135,7 @@ class Refresher:
             self._refresh(ids)
         except BaseException:
             with self._lock:
-                self._pending.update(ids)  # still queued or still in an unacknowledged batch
+                self._pending.update(ids)  # still marked, or still in an unacknowledged batch
                 self._last = None  # so the next batch tries at once
             raise
         took = self.clock() - began
@@ -155,8 +158,8 @@ class Refresher:
     def _flush_logged(self) -> None:
         try:
             self.flush()
-        except CLIENT_ERRORS as error:  # the timer's thread has no caller: the queue keeps the events for the sweep
-            log.warning("event lifecycles not refreshed; the queue keeps them", extra={"error": repr(error)[:300]})
+        except CLIENT_ERRORS as error:  # the timer's thread has no caller: the marks keep the events for the sweep
+            log.warning("event lifecycles not refreshed; their marks keep them", extra={"error": repr(error)[:300]})
             with self._lock:
                 if self._pending and not self._closed:
                     self._arm(self._gap)

@@ -80,13 +80,6 @@ def refresh(client: Any, database: str, event_ids: Iterable[str], settings: Mapp
     return len(ids)
 
 
-def queue(client: Any, database: str, event_ids: Iterable[str], settings: Mapping[str, Any] | None = None) -> None:
-    """Mark ``event_ids`` as put off (``event_refresh_queue``): ``stale`` lists them until they are refreshed."""
-    rows = [[i] for i in sorted({str(i) for i in event_ids if i})]
-    if rows:
-        client.insert(f"{database}.event_refresh_queue", rows, column_names=["event_id"], settings=dict(settings or {}))
-
-
 def stale(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> list[str]:
     """The queued events whose stored lifecycle is older than their latest mark (or that have none)."""
     options = {**_SETTINGS, **dict(settings or {})}

@@ -73,8 +73,12 @@ PURPOSE: Final = {
     "Azure's account), without what changes with time alone: the VMs still showing it instead of 'active'",
     "event_history": "each event's lifecycle as event_evidence_since last computed it, written by the ingest for "
     "every event a stored batch touched; the newest computation wins",
-    "event_refresh_queue": "the events whose lifecycle the ingest put off computing while batches kept coming; a "
-    "sweep refreshes those whose event_history row is older than their mark (kept a week)",
+    "event_refresh_queue": "a mark per event each stored batch named (written by the INSERT, through the views "
+    "below): a sweep refreshes the events whose event_history row is older than their mark, which the ingest put off "
+    "while batches kept coming (kept a week)",
+    "event_refresh_queue_transitions_mv": "marks the events each inserted block of transitions names",
+    "event_refresh_queue_impacts_mv": "marks the events each inserted block of impacts names",
+    "event_refresh_queue_approvals_mv": "marks the events each inserted block of approvals names",
     "events": "one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active "
     "while a VM still showing it reports",
     "events_since": "events last active on or after since_day",

@@ -778,9 +778,9 @@ ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
--- event_refresh_queue: the events whose lifecycle the ingest put off computing while batches kept coming; a sweep
---   refreshes those whose event_history row is older than their mark (kept a week) (table, last defined by
---   0018_lifecycle_refresh_queue)
+-- event_refresh_queue: a mark per event each stored batch named (written by the INSERT, through the views below): a
+--   sweep refreshes the events whose event_history row is older than their mark, which the ingest put off while batches
+--   kept coming (kept a week) (table, last defined by 0018_lifecycle_refresh_queue)
 CREATE TABLE sevents.event_refresh_queue
 (
     `event_id` String,
@@ -791,6 +791,36 @@ PARTITION BY toDate(queued_at)
 ORDER BY (event_id, queued_at)
 TTL toDateTime(queued_at) + toIntervalDay(7)
 SETTINGS index_granularity = 8192;
+
+-- event_refresh_queue_transitions_mv: marks the events each inserted block of transitions names (materialized view,
+--   last defined by 0018_lifecycle_refresh_queue)
+CREATE MATERIALIZED VIEW sevents.event_refresh_queue_transitions_mv TO sevents.event_refresh_queue
+(
+    `event_id` String
+)
+AS SELECT DISTINCT event_id
+FROM sevents.transitions
+WHERE event_id != '';
+
+-- event_refresh_queue_impacts_mv: marks the events each inserted block of impacts names (materialized view, last
+--   defined by 0018_lifecycle_refresh_queue)
+CREATE MATERIALIZED VIEW sevents.event_refresh_queue_impacts_mv TO sevents.event_refresh_queue
+(
+    `event_id` String
+)
+AS SELECT DISTINCT event_id
+FROM sevents.impacts
+WHERE event_id != '';
+
+-- event_refresh_queue_approvals_mv: marks the events each inserted block of approvals names (materialized view, last
+--   defined by 0018_lifecycle_refresh_queue)
+CREATE MATERIALIZED VIEW sevents.event_refresh_queue_approvals_mv TO sevents.event_refresh_queue
+(
+    `event_id` String
+)
+AS SELECT DISTINCT event_id
+FROM sevents.approvals
+WHERE event_id != '';
 
 -- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
 --   still showing it reports (view, last defined by 0017_stored_lifecycles)

@@ -155,7 +155,6 @@ class Writer:
         settings = self._refresh_settings
         self.lifecycles = Refresher(
             lambda ids: lifecycle_store.refresh(client, database, ids, settings),
-            lambda ids: lifecycle_store.queue(client, database, ids, settings),
             lambda: lifecycle_store.stale(client, database, settings),
             every=refresh_every,
         )
@@ -188,8 +187,8 @@ class Writer:
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as error:
             # raised while the client serialises a column: a value of this batch, not the server
             raise RejectedRows(f"a value cannot be sent to ClickHouse: {_short(error)}") from error
-        # the events these rows are evidence of, computed again now that ClickHouse has them or queued for that
-        # (a failure is the server's, never the batch's: retried like an insert)
+        # the events these rows are evidence of (marked by the INSERT), computed again now that ClickHouse has them
+        # or put off (a failure is the server's, never the batch's: retried like an insert)
         touched = [i for table in _EVENT_TABLES if batch.origins[table] for i in batch.distinct(table, "event_id")]
         try:
             self.lifecycles.touched(touched)
@@ -198,7 +197,7 @@ class Writer:
         return dropped
 
     def close(self) -> None:
-        """Compute the lifecycles put off so far (what fails stays queued for the next sweep)."""
+        """Compute the lifecycles put off so far (what fails stays marked for the next sweep)."""
         self.lifecycles.close()
 
     def stored_versions(self, batch: Batch) -> dict[str, dict[str, list[tuple[Any, ...]]]]:

@@ -146,7 +146,15 @@ def fleet_records() -> list[dict[str, Any]]:
     return out
 
 
-def store(client: Any, database: str, recs: list[dict[str, Any]], *, cluster: bool) -> Writer:
+def store(
+    client: Any,
+    database: str,
+    recs: list[dict[str, Any]],
+    *,
+    cluster: bool,
+    refresh_every: float = 0.0,
+    writer: Writer | None = None,
+) -> Writer:
     """``recs`` decoded as the ingest decodes a delivery and stored by its writer (on a cluster: into the
     Distributed tables); a refusal fails the test at once instead of being retried as the handler would."""
     batch, rejected = prepare(
@@ -156,7 +164,7 @@ def store(client: Any, database: str, recs: list[dict[str, Any]], *, cluster: bo
         received_at=datetime.now(UTC),
     )
     assert not rejected and not batch.dead_letters
-    writer = Writer(client, database, cluster=cluster)
+    writer = writer or Writer(client, database, cluster=cluster, refresh_every=refresh_every)
     writer.store(batch)
     return writer
 
@@ -367,17 +375,17 @@ def test_a_query_for_one_vm_reads_only_its_shard_when_asked(engine: Any, databas
     assert (everywhere, pruned) == (6, 3)  # vm-000's lifecycle of E-over: three transitions
 
 
-def test_a_refresh_put_off_is_queued_and_swept_through_distributed_tables(
+def test_a_refresh_put_off_is_marked_and_swept_through_distributed_tables(
     engine: Any, databases: dict[str, str]
 ) -> None:
-    """The ingest's put-off refreshes (ingest.lifecycle_refresher) on two shards: the marks go through the
-    Distributed queue, the sweep finds the events whose stored lifecycle is older than their mark, and refreshing
-    them leaves nothing stale (an EventId with no evidence has no lifecycle to compute and is not stale)."""
+    """The ingest's put-off refreshes (ingest.lifecycle_refresher) on two shards: the INSERT through the
+    Distributed tables marks the events on their shards, the sweep finds the ones whose stored lifecycle is older
+    than their mark, and refreshing them leaves nothing stale."""
     db = databases[TWIN]
     client = engine.profiled
-    writer = Writer(client, db, cluster=True, refresh_every=3600)
-    assert lifecycle_store.stale(client, db) == []
-    lifecycle_store.queue(client, db, ["E-over", "E-none"], {"distributed_foreground_insert": 1})
-    assert lifecycle_store.stale(client, db) == ["E-over"]
+    writer = store(client, db, synthetic.lifecycle("E-put-off", 1), cluster=True, refresh_every=3600)
+    assert lifecycle_store.stale(client, db) == []  # the first batch is refreshed at once
+    store(client, db, synthetic.lifecycle("E-put-off", 2), cluster=True, writer=writer)
+    assert lifecycle_store.stale(client, db) == ["E-put-off"]
     assert writer.lifecycles.sweep() == 1
     assert lifecycle_store.stale(client, db) == []

@@ -1,5 +1,5 @@
 """When the ingest computes the events' lifecycles (``ingest.lifecycle_refresher``): at once after a quiet spell,
-together while batches keep coming, and never lost: what is put off is queued first, and a sweep finds it."""
+together while batches keep coming, and never lost: what is put off is marked with its rows, and a sweep finds it."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from tests.tiers import examples
 
 
 class Store:
-    """What the refresher calls, kept in memory: refreshed calls, the queue, and each event's last refresh."""
+    """What the refresher calls, kept in memory: refreshed calls, the marks (which ClickHouse writes with the rows:
+    ``batch`` marks, then tells the refresher), and each event's last refresh."""
 
     def __init__(self, clock: FakeClock, *, cost: float = 0.0) -> None:
         self.clock = clock
         self.cost = cost  # seconds a refresh takes on the fake clock
         self.refreshed: list[list[str]] = []
-        self.queued: dict[str, float] = {}
+        self.marked: dict[str, float] = {}
         self.computed: dict[str, float] = {}
         self.fail = False
         self.lock = threading.Lock()
@@ -34,43 +35,44 @@ class Store:
             for i in ids:
                 self.computed[i] = self.clock.elapsed
 
-    def queue(self, ids: list[str]) -> None:
-        for i in ids:
-            self.queued[i] = self.clock.elapsed
+    def batch(self, refresher: Refresher, ids: list[str]) -> None:
+        """A batch naming ``ids`` stored (so marked), then handed to the refresher as the writer does."""
+        for i in filter(None, ids):
+            self.marked[i] = self.clock.elapsed
+        refresher.touched(ids)
 
     def stale(self) -> list[str]:
-        return sorted(i for i, at in self.queued.items() if self.computed.get(i, -1.0) < at)
+        return sorted(i for i, at in self.marked.items() if self.computed.get(i, -1.0) < at)
 
     def refresher(self, **options: float) -> Refresher:
-        return Refresher(self.refresh, self.queue, self.stale, clock=self.clock.monotonic, **options)
+        return Refresher(self.refresh, self.stale, clock=self.clock.monotonic, **options)
 
 
-def test_every_zero_refreshes_each_batch_at_once_and_queues_nothing() -> None:
+def test_every_zero_refreshes_each_batch_at_once() -> None:
     clock = FakeClock()
     store = Store(clock)
     refresher = store.refresher(every=0)
-    refresher.touched(["E-2", "E-1", ""])
-    refresher.touched(["E-3"])
+    store.batch(refresher, ["E-2", "E-1", ""])
+    store.batch(refresher, ["E-3"])
     assert store.refreshed == [["E-1", "E-2"], ["E-3"]]
-    assert store.queued == {}
+    assert store.stale() == []
 
 
-def test_batches_within_the_gap_are_queued_then_refreshed_together() -> None:
-    """The first batch after a quiet spell is refreshed at once; the next ones, within a second, are queued and
-    refreshed with the first batch after the second has passed."""
+def test_batches_within_the_gap_are_put_off_then_refreshed_together() -> None:
+    """The first batch after a quiet spell is refreshed at once; the next ones, within a second, are put off (their
+    marks stale) and refreshed with the first batch after the second has passed."""
     clock = FakeClock()
     store = Store(clock)
     refresher = store.refresher(every=1.0, share=0.05)
-    refresher.touched(["E-1"])
+    store.batch(refresher, ["E-1"])
     clock.advance(0.3)
-    refresher.touched(["E-2"])
+    store.batch(refresher, ["E-2"])
     clock.advance(0.3)
-    refresher.touched(["E-3"])
+    store.batch(refresher, ["E-3"])
     assert store.refreshed == [["E-1"]]
-    assert set(store.queued) == {"E-2", "E-3"}
     assert store.stale() == ["E-2", "E-3"]
     clock.advance(0.5)
-    refresher.touched(["E-4"])
+    store.batch(refresher, ["E-4"])
     assert store.refreshed == [["E-1"], ["E-2", "E-3", "E-4"]]
     assert store.stale() == []
     refresher.close()
@@ -81,12 +83,12 @@ def test_a_costly_refresh_waits_longer_for_the_next() -> None:
     clock = FakeClock()
     store = Store(clock, cost=0.2)
     refresher = store.refresher(every=1.0, share=0.05)
-    refresher.touched(["E-1"])
+    store.batch(refresher, ["E-1"])
     clock.advance(3.0)
-    refresher.touched(["E-2"])
+    store.batch(refresher, ["E-2"])
     assert store.refreshed == [["E-1"]]
     clock.advance(1.0)
-    refresher.touched(["E-3"])
+    store.batch(refresher, ["E-3"])
     assert store.refreshed == [["E-1"], ["E-2", "E-3"]]
     refresher.close()
 
@@ -95,41 +97,41 @@ def test_what_is_put_off_is_refreshed_by_the_timer_without_another_batch() -> No
     clock = FakeClock()
     store = Store(clock)
     refresher = store.refresher(every=0.05)
-    refresher.touched(["E-1"])
-    refresher.touched(["E-2"])  # the fake clock stands still: put off for every (real) 0.05 s
+    store.batch(refresher, ["E-1"])
+    store.batch(refresher, ["E-2"])  # the fake clock stands still: put off for every (real) 0.05 s
     wait_for(lambda: ["E-2"] in store.refreshed, 30, what="the timer's refresh")
     assert store.stale() == []
     refresher.close()
 
 
-def test_close_refreshes_what_is_put_off_and_a_failure_keeps_it_queued() -> None:
+def test_close_refreshes_what_is_put_off_and_a_failure_keeps_it_stale() -> None:
     clock = FakeClock()
     store = Store(clock)
     refresher = store.refresher(every=60.0)
-    refresher.touched(["E-1"])
-    refresher.touched(["E-2"])
+    store.batch(refresher, ["E-1"])
+    store.batch(refresher, ["E-2"])
     store.fail = True
-    refresher.close()  # logged, not raised: the queue keeps E-2 for the next sweep
+    refresher.close()  # logged, not raised: E-2's mark keeps it for the next sweep
     assert store.stale() == ["E-2"]
     store.fail = False
     refresher.close()
     assert store.stale() == []
 
 
-def test_the_first_batch_sweeps_what_an_earlier_process_left_queued() -> None:
-    """A worker died with events queued: the next writer's first batch refreshes them, heartbeats-only or not."""
+def test_the_first_batch_sweeps_what_an_earlier_process_put_off() -> None:
+    """A worker died with refreshes put off: the next writer's first batch refreshes them, heartbeats-only or not."""
     clock = FakeClock()
     store = Store(clock)
     died = store.refresher(every=60.0)
-    died.touched(["E-1"])
-    died.touched(["E-2", "E-3"])  # queued, then the process dies (no close)
+    store.batch(died, ["E-1"])
+    store.batch(died, ["E-2", "E-3"])  # put off, then the process dies (no close)
     assert store.stale() == ["E-2", "E-3"]
     successor = store.refresher(every=60.0)
-    successor.touched([])
+    store.batch(successor, [])
     assert store.refreshed[-1] == ["E-2", "E-3"]
     assert store.stale() == []
     refreshed = len(store.refreshed)
-    successor.touched([])  # the next sweep is a minute away
+    store.batch(successor, [])  # the next sweep is a minute away
     assert len(store.refreshed) == refreshed
 
 
@@ -140,13 +142,13 @@ def test_a_failed_refresh_raises_for_the_batch_and_is_tried_again() -> None:
     refresher = store.refresher(every=1.0)
     store.fail = True
     try:
-        refresher.touched(["E-1"])
+        store.batch(refresher, ["E-1"])
     except ConnectionError:
         pass
     else:
         raise AssertionError("the refresh's failure must reach the batch")
     store.fail = False
-    refresher.touched(["E-2"])
+    store.batch(refresher, ["E-2"])
     assert store.refreshed == [["E-1", "E-2"]]
 
 
@@ -161,7 +163,7 @@ steps = st.lists(
 def test_no_touched_event_is_left_without_a_refresh_or_a_mark(
     steps: list[tuple[list[str], float]], cost: float, every: float
 ) -> None:
-    """Whatever the timing: after each batch, every event it touched is refreshed since or queued (so a sweep would
+    """Whatever the timing: after each batch, every event it touched is refreshed since or stale (so a sweep would
     find it); after close, every touched event is refreshed after its last touch."""
     clock = FakeClock()
     store = Store(clock, cost=cost)
@@ -169,7 +171,7 @@ def test_no_touched_event_is_left_without_a_refresh_or_a_mark(
     last_touch: dict[str, float] = {}
     for ids, pause in steps:
         clock.advance(pause)
-        refresher.touched(ids)
+        store.batch(refresher, ids)
         for i in filter(None, ids):
             last_touch[i] = clock.elapsed
         for i, touched_at in last_touch.items():
