@@ -3,10 +3,10 @@
 A refresh (``ingest.lifecycle_store.refresh``) costs about as much as inserting a 10,000-record batch, nearly all
 of it ClickHouse planning the evidence view, whatever the number of events. Refreshing after every batch halved
 the ingest's throughput under load, so while batches keep coming the events are gathered and refreshed together:
-at most every ``every`` seconds, and never more than ``share`` of the time (a refresh that took 0.2 s waits 4 s
-for the next at 5%). The first batch after a quiet spell is refreshed at once, so a lone change shows as soon
-as it did before; under a backlog the lifecycles trail the stored rows by seconds, far less than an alert
-rule's evaluation interval.
+at most every ``every`` seconds, and never more than ``share`` of the time (a refresh that took 0.1 s waits 5 s
+for the next at 2%), but never more than ``longest`` seconds apart. The first batch after a quiet spell is
+refreshed at once, so a lone change shows as soon as it did before; while batches keep coming the lifecycles
+trail the stored rows by seconds, less than the alert rules' evaluation interval (30 s).
 
 Nothing is lost when the process dies in between: the INSERT that stores a row naming an event also marks the
 event (``event_refresh_queue``, materialized views of migration 0018), so the mark is stored before the batch is
@@ -28,7 +28,8 @@ from ingest.clickhouse import CLIENT_ERRORS
 log = logging.getLogger(__name__)
 
 DEFAULT_EVERY: Final = 1.0  # seconds between refreshes while batches keep coming (what the ingest runs with)
-DEFAULT_SHARE: Final = 0.05  # of the ingest's time, at most, spent refreshing while batches keep coming
+DEFAULT_SHARE: Final = 0.02  # of the ingest's time, at most, spent refreshing while batches keep coming
+DEFAULT_LONGEST: Final = 10.0  # seconds: the longest a refresh is put off, however costly it has become
 DEFAULT_SWEEP_EVERY: Final = 60.0
 
 
@@ -47,12 +48,14 @@ class Refresher:
         *,
         every: float = DEFAULT_EVERY,
         share: float = DEFAULT_SHARE,
+        longest: float = DEFAULT_LONGEST,
         sweep_every: float = DEFAULT_SWEEP_EVERY,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._refresh, self._stale = refresh, stale
         self.every = every
         self.share = share
+        self.longest = longest
         self._gap = every  # the wait after the last refresh: every, or longer when refreshes grow costly
         self.sweep_every = sweep_every
         self.clock = clock
@@ -140,7 +143,7 @@ class Refresher:
             raise
         took = self.clock() - began
         with self._lock:
-            self._gap = max(self.every, took / self.share) if self.share > 0 else self.every
+            self._gap = max(self.every, min(took / self.share, self.longest)) if self.share > 0 else self.every
 
     def _arm(self, delay: float) -> None:
         # under self._lock

@@ -93,6 +93,20 @@ def test_a_costly_refresh_waits_longer_for_the_next() -> None:
     refresher.close()
 
 
+def test_a_refresh_is_never_put_off_longer_than_the_longest() -> None:
+    clock = FakeClock()
+    store = Store(clock, cost=5.0)
+    refresher = store.refresher(every=1.0, share=0.02, longest=10.0)  # 5 s at 2% would wait 250 s
+    store.batch(refresher, ["E-1"])  # began at 0, took 5 s
+    clock.advance(4.0)
+    store.batch(refresher, ["E-2"])
+    assert store.refreshed == [["E-1"]]
+    clock.advance(1.0)
+    store.batch(refresher, ["E-3"])
+    assert store.refreshed == [["E-1"], ["E-2", "E-3"]]
+    refresher.close()
+
+
 def test_what_is_put_off_is_refreshed_by_the_timer_without_another_batch() -> None:
     clock = FakeClock()
     store = Store(clock)
