@@ -13,7 +13,7 @@ Timed, into databases with the same schema (materialized views included):
   validated (``ingest.decode``), the rows handed over as Arrow columns (``ingest.columns``) with the
   deduplication token and settings ``Writer`` always uses.
 The writer puts off computing the events' lifecycles as the ingest does (``ingest.lifecycle_refresher``: while
-batches keep coming, at most one refresh a second and at most 5% of the time; the last one, when it stops, is
+batches keep coming, at most one refresh a second and at most 2% of the time; the last one, when it stops, is
 timed too) and runs as after its verify window (``verify_window``: a restarted ingest looks every insert up for
 its first two minutes, which costs about a third of an insert); the steady state is what a replay runs at.
 
