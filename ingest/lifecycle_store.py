@@ -41,21 +41,36 @@ INSERT INTO {db}.event_history
 SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = toDate('1970-01-01'))
 """
 
-# An event missing from event_history joins with computed_at at its default (1970): stale as well if the rollups
-# hold evidence of it (an EventId only downtime named has no lifecycle to compute, so it would stay stale).
+# The marks: event_rollup.stored_at for transitions, event_refresh_queue for impacts and approvals (migration
+# 0018); a week back, as long as the queue keeps its marks. An event missing from event_history joins with
+# computed_at at its default (1970): stale as well if the rollup holds evidence of it (an EventId only downtime
+# named has no lifecycle to compute, so it would stay stale).
 _STALE: Final = """
 SELECT q.event_id
-FROM (SELECT event_id, max(queued_at) AS queued FROM {db}.event_refresh_queue GROUP BY event_id) AS q
+FROM
+(
+    SELECT event_id, max(marked) AS queued
+    FROM
+    (
+        SELECT event_id, stored_at AS marked FROM {db}.event_rollup WHERE stored_at >= now64(6) - INTERVAL 7 DAY
+        UNION ALL
+        SELECT event_id, queued_at AS marked FROM {db}.event_refresh_queue
+    )
+    GROUP BY event_id
+) AS q
 LEFT JOIN
 (
     SELECT event_id, max(computed_at) AS computed
     FROM {db}.event_history
-    WHERE event_id IN (SELECT event_id FROM {db}.event_refresh_queue)
+    WHERE event_id IN (
+        SELECT event_id FROM {db}.event_rollup WHERE stored_at >= now64(6) - INTERVAL 7 DAY
+        UNION ALL
+        SELECT event_id FROM {db}.event_refresh_queue)
     GROUP BY event_id
 ) AS h USING (event_id)
 WHERE h.computed < q.queued
   AND (h.computed > 0 OR q.event_id IN (
-      SELECT event_id FROM {db}.event_rollup WHERE event_id IN (SELECT event_id FROM {db}.event_refresh_queue)))
+      SELECT event_id FROM {db}.event_rollup WHERE stored_at >= now64(6) - INTERVAL 7 DAY))
 ORDER BY q.event_id
 """
 

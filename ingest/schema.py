@@ -73,10 +73,9 @@ PURPOSE: Final = {
     "Azure's account), without what changes with time alone: the VMs still showing it instead of 'active'",
     "event_history": "each event's lifecycle as event_evidence_since last computed it, written by the ingest for "
     "every event a stored batch touched; the newest computation wins",
-    "event_refresh_queue": "a mark per event each stored batch named (written by the INSERT, through the views "
-    "below): a sweep refreshes the events whose event_history row is older than their mark, which the ingest put off "
-    "while batches kept coming (kept a week)",
-    "event_refresh_queue_transitions_mv": "marks the events each inserted block of transitions names",
+    "event_refresh_queue": "a mark per event each stored batch of impacts or approvals named (written by the "
+    "INSERT, through the views below; transitions mark event_rollup.stored_at): a sweep refreshes the events whose "
+    "event_history row is older than their mark, which the ingest put off while batches kept coming (kept a week)",
     "event_refresh_queue_impacts_mv": "marks the events each inserted block of impacts names",
     "event_refresh_queue_approvals_mv": "marks the events each inserted block of approvals names",
     "events": "one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active "

@@ -311,7 +311,7 @@ GROUP BY
     vm_id;
 
 -- event_rollup: per EventId, by month of last activity: first/last seen, each VM's last state, affected VMs; finds the
---   events of a range or the active set without old parts (table, last defined by 0012_cheaper_lifecycle_columns)
+--   events of a range or the active set without old parts (table, last defined by 0018_lifecycle_refresh_queue)
 CREATE TABLE sevents.event_rollup
 (
     `event_id` String,
@@ -330,7 +330,8 @@ CREATE TABLE sevents.event_rollup
         Nullable(UInt16)))),
     `ud_pairs` SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(
         String,
-        Nullable(UInt16))))
+        Nullable(UInt16)))),
+    `stored_at` SimpleAggregateFunction(max, DateTime64(6, 'UTC'))
 )
 ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMM(last_seen_at)
@@ -338,7 +339,7 @@ ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
 -- event_rollup_mv: keeps event_rollup from every transition inserted (materialized view, last defined by
---   0009_event_sets)
+--   0018_lifecycle_refresh_queue)
 CREATE MATERIALIZED VIEW sevents.event_rollup_mv TO sevents.event_rollup
 (
     `event_id` String,
@@ -356,7 +357,8 @@ CREATE MATERIALIZED VIEW sevents.event_rollup_mv TO sevents.event_rollup
         Nullable(UInt16))),
     `ud_pairs` Array(Tuple(
         String,
-        Nullable(UInt16)))
+        Nullable(UInt16))),
+    `stored_at` DateTime64(6)
 )
 AS SELECT
     event_id,
@@ -368,7 +370,8 @@ AS SELECT
     maxIfState(vm_name, outside) AS set_last,
     minIfState(vm_id, outside) AS set_key,
     groupUniqArrayIf((set_name, fault_domain), affects_this_vm) AS fd_pairs,
-    groupUniqArrayIf((set_name, update_domain), affects_this_vm) AS ud_pairs
+    groupUniqArrayIf((set_name, update_domain), affects_this_vm) AS ud_pairs,
+    now64(6) AS stored_at
 FROM
 (
     SELECT
@@ -778,9 +781,10 @@ ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY event_id
 SETTINGS index_granularity = 8192;
 
--- event_refresh_queue: a mark per event each stored batch named (written by the INSERT, through the views below): a
---   sweep refreshes the events whose event_history row is older than their mark, which the ingest put off while batches
---   kept coming (kept a week) (table, last defined by 0018_lifecycle_refresh_queue)
+-- event_refresh_queue: a mark per event each stored batch of impacts or approvals named (written by the INSERT, through
+--   the views below; transitions mark event_rollup.stored_at): a sweep refreshes the events whose event_history row is
+--   older than their mark, which the ingest put off while batches kept coming (kept a week) (table, last defined by
+--   0018_lifecycle_refresh_queue)
 CREATE TABLE sevents.event_refresh_queue
 (
     `event_id` String,
@@ -791,16 +795,6 @@ PARTITION BY toDate(queued_at)
 ORDER BY (event_id, queued_at)
 TTL toDateTime(queued_at) + toIntervalDay(7)
 SETTINGS index_granularity = 8192;
-
--- event_refresh_queue_transitions_mv: marks the events each inserted block of transitions names (materialized view,
---   last defined by 0018_lifecycle_refresh_queue)
-CREATE MATERIALIZED VIEW sevents.event_refresh_queue_transitions_mv TO sevents.event_refresh_queue
-(
-    `event_id` String
-)
-AS SELECT DISTINCT event_id
-FROM sevents.transitions
-WHERE event_id != '';
 
 -- event_refresh_queue_impacts_mv: marks the events each inserted block of impacts names (materialized view, last
 --   defined by 0018_lifecycle_refresh_queue)
