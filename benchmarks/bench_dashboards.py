@@ -1,12 +1,16 @@
 """Dashboard, alert and audit query cost at fleet scale: a year of a 20,000-VM fleet, at 10% and at 100%.
 
-Run: ``.venv/bin/python benchmarks/bench_dashboards.py [--vms 20000] [--transitions 10000000] [--json FILE]``
+Run: ``.venv/bin/python benchmarks/bench_dashboards.py [--vms 20000] [--transitions 10000000]
+[--heartbeat-every 3600] [--modes all,selection,dashboards] [--runs 20] [--json FILE]``
 
 The fleet: ``--vms`` VMs in sets of 50 (half scale sets, half availability sets), fault domains 0-2 and update
 domains 0-4 inside each set. Events at a constant rate over the year ending now, each seen by the 50 VMs of its
 set with a full lifecycle per VM (appeared Scheduled with a NotBefore, Started, gone): one in 20 a Reboot, one
 in 50 a Redeploy, the rest Freeze. The last few events are still under way, so alert rules have rows. Plus
-heartbeats: one per VM per hour for the last seven days (what raw heartbeats keep), one per VM per day before.
+heartbeats: one per VM every ``--heartbeat-every`` seconds for the last seven days (what raw heartbeats keep;
+collectors send one a minute, 60; the default 3600 keeps earlier figures comparable), loaded in INSERTs of at
+most ``--heartbeat-rows-per-insert`` rows with progress on stderr; before those seven days one per VM every
+``--older-heartbeat-every`` seconds (a day), which only the hourly rollup the views fill keeps, as in production.
 Plus Azure's own account (issue 27): an inventory of the fleet's VMs and 5% more that never ran a collector,
 14 days of Resource Health annotations (one per VM of each ended event, a host repair per unannounced pause), and
 14 days of the central Scheduled Events feed (each event's statuses, and one in 20 announced to VMs without a
@@ -24,35 +28,63 @@ rows; rows generated in ClickHouse bypass it, so each load ends with ``lifecycle
 The most recent 10% of the year is loaded first and measured; then the older 90% is added and everything is
 measured again: both see the same recent data, only the length of the history differs. Before each measurement
 the merges ClickHouse started in the background are left to finish (``--settle``), as in a database that has
-been running, not loading.
+been running, not loading. The heartbeat load's time and rate and each table's bytes on disk are reported.
 
-Every query of the generated dashboards (each at its dashboard's default time range, All selected), every
-alert rule query (each of its queries, at its relative time range) and every audit query is run ``--runs``
-times, interleaved, beside ``SELECT count() FROM transitions`` as a baseline measured in the same rounds.
-Printed per query: p50 and p95 at 10% and at 100%, the ratio of the p95s, and p95 against the baseline's.
-Goals (issue 10): p95 at most 100 ms at 100% and at most 1.5 times the p95 at 10% (judged above 10 ms), for
-panels and alerts.
+What is measured (``--modes``), each at 10% and at 100% of the year, ``--runs`` rounds:
+
+- ``all``: every query of the generated dashboards (each at its dashboard's default time range, every variable on
+  "All"), every alert rule query (each of its queries, at its relative time range), the variables' own queries
+  and every audit query, one at a time, interleaved, beside ``SELECT count() FROM transitions`` as a baseline.
+- ``selection``: every panel query and variable query with one value of each variable, as a viewer picks them:
+  each dashboard's variables filled from their own queries in order (Grafana's cascade), the first option that
+  is not empty (one subscription, one location, one scale set, one fault domain, one VM, one event type) and on
+  the timeline the first event its Events panel lists as EventId. The SQL is what Grafana sends: variables and
+  ``$__conditionalAll`` applied by ``dashboards.templating`` (formats and escaping as Grafana's), macros by
+  ``dashboards.macros``. Alert rules have no variables: they are measured in ``all`` only.
+- ``dashboards``: whole dashboards, "All" selected: ``--viewers`` (5) viewers open a dashboard at the same moment,
+  each sending all its panel queries at once (a thread per panel request, like Grafana's parallel panel
+  requests); per viewer, the time until its last panel completed. ``dashboards-selection``: the same with the
+  concrete selection. The variable queries Grafana runs before the panels are not part of it (see ``selection``).
+
+Concurrency on the embedded engine: one chDB engine per process and directory; any number of connections to it,
+whose queries run in parallel (the engine releases the GIL). A clickhouse-connect chdb client holds one
+connection and serialises the calls made on it with a lock, so the dashboards modes give each thread its own
+client on the same directory, as each of Grafana's requests gets its own server thread. Each run measures and
+prints what that gives (``concurrency_probe``: two single-threaded queries at once on one client take twice one
+query; on two clients about one, with two cores free). The engine's own ``max_threads`` (the cores) applies to
+every query, so 5 viewers of a 12-panel dashboard are 60 queries sharing 2 cores, as on a 2-core server.
+
+Printed per mode: one table (p50 and p95 at 10% and at 100%, the ratio of the p95s, for single queries p95
+against the baseline's) and a verdict line per goal. Goals (issues 10 and 32): p95 at most 100 ms per query at
+100% ("All" and concrete), every dashboard complete within 500 ms p95 with five viewers, and p95 at 100% at
+most 1.5 times the p95 at 10% (judged above 10 ms). The load average before and after each mode is printed and
+kept in ``--json``, with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from dashboards.generate import outputs
 from dashboards.macros import QueryContext, expand
 from dashboards.templating import ALL, Selection, apply
 from ingest import lifecycle_store, queries
-from ingest.clickhouse import connect
+from ingest.clickhouse import CLIENT_ERRORS, connect
 from ingest.migrate import Target, migrate
 
 SET_SIZE = 50
@@ -63,6 +95,10 @@ GOAL_RATIO = 1.5
 # figure, and a query that cheap at a full year does not grow with it.
 RATIO_FLOOR_MS = 10.0
 ACTIVE_TAIL = ("Reboot", "Redeploy", "Preempt", "Terminate")  # the last events, still under way at the end
+HEARTBEAT_DAYS = 7  # what the raw heartbeats table keeps (its TTL); older heartbeats live on in the hourly rollup
+HEARTBEAT_ROWS_PER_INSERT = 10_000_000
+VIEWERS = 5
+DASHBOARD_GOAL_MS = 500.0
 
 
 @dataclass(frozen=True)
@@ -338,12 +374,55 @@ def load(client: Any, fleet: Fleet, first: int, last: int, chunk: int, progress:
         )
 
 
-def load_heartbeats(client: Any, fleet: Fleet, since: datetime, until: datetime, step_s: int) -> None:
-    """Heartbeats in 30-day slices (raw heartbeats are partitioned by day: at most 100 partitions an INSERT)."""
+@dataclass(frozen=True)
+class HeartbeatLoad:
+    rows: int
+    seconds: float
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def heartbeat_slices(
+    fleet: Fleet, since: datetime, until: datetime, step_s: int, rows_per_insert: int
+) -> list[tuple[datetime, datetime, int]]:
+    """[since, until) cut into INSERTs of whole steps: at most ``rows_per_insert`` rows (at least one step) and at
+    most 30 days (raw heartbeats are partitioned by day: at most 100 partitions an INSERT); each with its rows."""
+    steps = max(1, min(rows_per_insert // max(1, fleet.vms), 30 * 86_400 // step_s))
+    out: list[tuple[datetime, datetime, int]] = []
     while since < until:
-        end = min(until, since + timedelta(days=30))
-        client.command(heartbeats_sql(fleet, since, end, step_s))
+        end = min(until, since + timedelta(seconds=steps * step_s))
+        rows = int((end - since).total_seconds() // step_s) * fleet.vms
+        out.append((since, end, rows))
         since = end
+    return out
+
+
+def load_heartbeats(
+    client: Any,
+    fleet: Fleet,
+    since: datetime,
+    until: datetime,
+    step_s: int,
+    rows_per_insert: int = HEARTBEAT_ROWS_PER_INSERT,
+    progress: str = "heartbeats",
+) -> HeartbeatLoad:
+    """One heartbeat per VM every ``step_s`` seconds in [since, until), in chunks, with progress on stderr."""
+    slices = heartbeat_slices(fleet, since, until, step_s, rows_per_insert)
+    total = sum(rows for _, _, rows in slices)
+    began, done = time.perf_counter(), 0
+    for start, end, rows in slices:
+        client.command(heartbeats_sql(fleet, start, end, step_s))
+        done += rows
+        if len(slices) > 1:
+            spent = time.perf_counter() - began
+            print(
+                f"  {progress}: {done:,} of {total:,} rows, {spent:.0f} s, {done / spent:,.0f} rows/s, "
+                f"about {(total - done) / (done / spent):.0f} s left",
+                file=sys.stderr,
+            )
+    return HeartbeatLoad(total, time.perf_counter() - began)
 
 
 def _refresh_all(client: Any) -> float:
@@ -353,31 +432,130 @@ def _refresh_all(client: Any) -> float:
     return time.perf_counter() - began
 
 
-def grafana_queries(now: datetime) -> dict[str, tuple[str, QueryContext]]:
-    """Every panel and alert query of the generated files, expanded at its own default range."""
+# --- what Grafana sends: the generated dashboards and alert rules, with a viewer's variable selection ---
+
+Variables = Mapping[str, Selection]
+
+
+def _all_placeholder() -> dict[str, Selection]:
+    """ "All" of every variable without asking the database: no panel substitutes a variable's options outside
+    ``$__conditionalAll`` (which turns All into ``1=1``), so a placeholder option list gives the same SQL."""
     variables = {
         name: Selection(values=(ALL,), options=("x",))
         for name in ("subscription", "location", "scale_set", "fault_domain", "vm", "event_type")
     }
     variables["event_id"] = Selection(values=("",), multi=False)
-    found: dict[str, tuple[str, QueryContext]] = {}
-    for text in outputs().values():
-        model = json.loads(text)
+    return variables
+
+
+def dashboard_models() -> dict[str, dict[str, Any]]:
+    """The generated dashboards by uid."""
+    models = (json.loads(text) for text in outputs().values())
+    return {model["uid"]: model for model in models if "panels" in model}
+
+
+def _alert_groups() -> list[dict[str, Any]]:
+    return [group for text in outputs().values() for group in json.loads(text).get("groups", [])]
+
+
+def dashboard_panels(
+    now: datetime, selections: Mapping[str, Variables] | None = None
+) -> dict[str, dict[str, tuple[str, QueryContext]]]:
+    """Each dashboard's panel queries (by uid, then by name) as Grafana sends them at the dashboard's default time
+    range: variables applied by the frontend (``selections[uid]``, "All" when not given), macros by the backend."""
+    boards: dict[str, dict[str, tuple[str, QueryContext]]] = {}
+    for uid, model in dashboard_models().items():
+        variables = (selections or {}).get(uid) or _all_placeholder()
         span = _span(model.get("time", {}).get("from", "now-6h"))
+        found = boards.setdefault(uid, {})
         for panel in model.get("panels", []):
             for target in panel.get("targets", []):
                 ctx = _context(now, span)
-                found[f"panel {model['uid']}: {panel['title']}"] = (
-                    expand(apply(target["rawSql"], variables), ctx),
-                    ctx,
+                found[f"panel {uid}: {panel['title']}"] = (expand(apply(target["rawSql"], variables), ctx), ctx)
+    return boards
+
+
+def alert_queries(now: datetime) -> dict[str, tuple[str, QueryContext]]:
+    """Every query of every alert rule at its relative time range (alert rules have no template variables)."""
+    found: dict[str, tuple[str, QueryContext]] = {}
+    for group in _alert_groups():
+        for rule in group["rules"]:
+            for item in rule["data"]:
+                if "rawSql" in item.get("model", {}):
+                    ctx = _context(now, timedelta(seconds=item["relativeTimeRange"]["from"]))
+                    found[f"alert {rule['title']} [{item['refId']}]"] = (expand(item["model"]["rawSql"], ctx), ctx)
+    return found
+
+
+def grafana_queries(
+    now: datetime, selections: Mapping[str, Variables] | None = None
+) -> dict[str, tuple[str, QueryContext]]:
+    """Every panel and alert query of the generated files, expanded at its own default range."""
+    found = {name: query for board in dashboard_panels(now, selections).values() for name, query in board.items()}
+    return {**found, **alert_queries(now)}
+
+
+def choose_variables(client: Any, model: dict[str, Any], now: datetime, concrete: bool) -> dict[str, Selection]:
+    """A dashboard's variables as Grafana fills them on load: each query variable's options from its own query,
+    run in order with the values chosen before it (the cascade); then All, or (``concrete``) the first option that
+    is not empty (availability-set VMs have an empty scale set). The EventId textbox stays empty with All; with a
+    concrete selection it holds the first event the timeline's Events panel lists (else the VM's latest event),
+    as when a user clicks it."""
+    ctx = _context(now, _span(model.get("time", {}).get("from", "now-6h")))
+    chosen: dict[str, Selection] = {}
+    for variable in model["templating"]["list"]:
+        name = variable["name"]
+        if variable["type"] == "query":
+            rows = client.query(expand(apply(variable["query"]["rawSql"], chosen), ctx)).result_rows
+            options = tuple(str(row[0]) for row in rows)
+        elif variable["type"] == "custom":
+            options = tuple(option["value"] for option in variable["options"])
+        elif variable["type"] == "textbox":
+            chosen[name] = Selection(values=(str(variable.get("current", {}).get("value", "")),), multi=False)
+            continue
+        else:
+            continue  # the data source
+        if not concrete:
+            chosen[name] = Selection(values=(ALL,), options=options)
+            continue
+        candidates = [option for option in options if option]
+        if not candidates:
+            raise ValueError(f"{model['uid']}: variable {name} offers no value for {chosen}")
+        chosen[name] = Selection(values=(candidates[0],), options=options)
+    if concrete and "event_id" in chosen:
+        chosen["event_id"] = Selection(values=(_drill_down_event(client, model, chosen, ctx),), multi=False)
+    return chosen
+
+
+def _drill_down_event(client: Any, model: dict[str, Any], chosen: Variables, ctx: QueryContext) -> str:
+    events = next((p for p in model["panels"] if p["title"] == "Events"), None)
+    if events is not None:
+        result = client.query(expand(apply(events["targets"][0]["rawSql"], chosen), ctx))
+        if result.result_rows and "event_id" in result.column_names:
+            return str(result.result_rows[0][result.column_names.index("event_id")])
+    vm = unquote(str(chosen["vm"].values[0]))  # the vm variable's value is encodeURLComponent(vm_name)
+    latest = client.query(
+        "SELECT event_id FROM sevents.transitions WHERE vm_name = {vm:String} ORDER BY observed_at DESC LIMIT 1",
+        parameters={"vm": vm},
+    ).result_rows
+    return str(latest[0][0]) if latest else ""
+
+
+def variable_queries(client: Any, now: datetime, concrete: bool) -> dict[str, tuple[str, QueryContext]]:
+    """The query variables' own queries (Grafana runs them on load, in order, before the panels), once each: the
+    dashboards share them; each with the variables before it chosen as the mode chooses them."""
+    found: dict[str, tuple[str, QueryContext]] = {}
+    for model in dashboard_models().values():
+        chosen = choose_variables(client, model, now, concrete)
+        ctx = _context(now, _span(model.get("time", {}).get("from", "now-6h")))
+        before: dict[str, Selection] = {}
+        for variable in model["templating"]["list"]:
+            if variable["type"] == "query":
+                found.setdefault(
+                    f"variable {variable['name']}", (expand(apply(variable["query"]["rawSql"], before), ctx), ctx)
                 )
-        for group in model.get("groups", []):
-            for rule in group["rules"]:
-                for item in rule["data"]:
-                    if "rawSql" in item.get("model", {}):
-                        ctx = _context(now, timedelta(seconds=item["relativeTimeRange"]["from"]))
-                        name = f"alert {rule['title']} [{item['refId']}]"
-                        found[name] = (expand(item["model"]["rawSql"], ctx), ctx)
+            if variable["name"] in chosen:
+                before[variable["name"]] = chosen[variable["name"]]
     return found
 
 
@@ -421,37 +599,148 @@ def settle(client: Any, limit_s: float) -> str:
     return f"merges settled after {time.perf_counter() - began:.0f} s, {parts} active parts"
 
 
-def measure(client: Any, now: datetime, runs: int) -> dict[str, list[float]]:
-    """Milliseconds per query, ``runs`` interleaved rounds, the baseline in each round."""
-    panels = grafana_queries(now)
-    params = audit_params(client, now)
+def disk_usage(client: Any) -> dict[str, dict[str, int]]:
+    """Rows, bytes on disk and active parts of each table of the database."""
+    rows = client.query(
+        "SELECT table, sum(rows), sum(bytes_on_disk), count() FROM system.parts "
+        "WHERE database = 'sevents' AND active GROUP BY table ORDER BY sum(bytes_on_disk) DESC"
+    ).result_rows
+    return {str(t): {"rows": int(r), "bytes": int(b), "parts": int(p)} for t, r, b, p in rows}
+
+
+# --- measuring ---
+
+
+def estimate(client: Any, sql: str) -> dict[str, int]:
+    """Rows per table the plan reads after its index analysis (``EXPLAIN ESTIMATE``; the embedded engine keeps
+    no query log). Only MergeTree reads it can plan ahead: lookups planned at run time (``IN`` a subquery) and
+    some views are missing, so it says where a query reads much, not everything it reads."""
+    try:
+        rows = client.query(f"EXPLAIN ESTIMATE {sql}").result_rows
+    except CLIENT_ERRORS:
+        return {}
+    out: dict[str, int] = {}
+    for _database, table, _parts, count, _marks in rows:
+        out[str(table)] = out.get(str(table), 0) + int(count)
+    return out
+
+
+def _timed(client: Any, sql: str) -> float:
+    began = time.perf_counter()
+    client.query(sql)
+    return (time.perf_counter() - began) * 1000
+
+
+def measure_alone(
+    client: Any, items: Mapping[str, str], runs: int, audits: dict[str, Any] | None = None
+) -> dict[str, list[float]]:
+    """Milliseconds per query, one at a time, ``runs`` interleaved rounds, the baseline in each round; the
+    audit queries too when their parameters are given."""
     timings: dict[str, list[float]] = {"baseline": []}
     for _ in range(runs):
-        for name, (sql, _ctx) in panels.items():
+        for name, sql in items.items():
+            timings.setdefault(name, []).append(_timed(client, sql))
+        for query in queries.ALL if audits is not None else ():
+            bound = {k: v for k, v in (audits or {}).items() if k in query.params}
             began = time.perf_counter()
-            client.query(sql)
-            timings.setdefault(name, []).append((time.perf_counter() - began) * 1000)
-        for query in queries.ALL:
-            began = time.perf_counter()
-            queries.run(client, query, **{k: params[k] for k in query.params})
+            queries.run(client, query, **bound)
             timings.setdefault(f"audit {query.name}", []).append((time.perf_counter() - began) * 1000)
-        began = time.perf_counter()
-        client.query(BASELINE)
-        timings["baseline"].append((time.perf_counter() - began) * 1000)
+        timings["baseline"].append(_timed(client, BASELINE))
     return timings
+
+
+class ThreadClients:
+    """One client per thread, every one on the same chDB directory (each its own engine connection: a
+    clickhouse-connect chdb client serialises the calls made on it)."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._clients: list[Any] = []
+
+    def get(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = connect(self._target)
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+
+def concurrency_probe(target: str, client: Any) -> dict[str, float]:
+    """What the embedded engine gives two threads: one CPU-bound single-threaded query alone, two at once on one
+    client, two at once on two clients of the same directory (milliseconds, the best of three)."""
+    sql = "SELECT sum(cityHash64(toString(number))) FROM numbers(10000000) SETTINGS max_threads = 1"
+    other = connect(target)
+    try:
+
+        def pair(first: Any, second: Any) -> float:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                began = time.perf_counter()
+                list(pool.map(lambda c: c.query(sql), (first, second)))
+                return (time.perf_counter() - began) * 1000
+
+        return {
+            "one_query_ms": min(_timed(client, sql) for _ in range(3)),
+            "two_on_one_client_ms": min(pair(client, client) for _ in range(3)),
+            "two_on_two_clients_ms": min(pair(client, other) for _ in range(3)),
+        }
+    finally:
+        other.close()
+
+
+def measure_dashboards(
+    target: str, boards: Mapping[str, list[str]], runs: int, viewers: int
+) -> dict[str, dict[str, list[float]]]:
+    """Whole dashboards: ``viewers`` viewers open the dashboard at the same moment, each sending all its panel
+    queries at once (a thread per panel request, each thread its own client on the same directory, as Grafana's
+    concurrent requests each get a server thread); per viewer the milliseconds until its last panel completed,
+    and each request's own milliseconds; ``runs`` rounds, the dashboards interleaved."""
+    width = viewers * max(len(sqls) for sqls in boards.values())
+    clients = ThreadClients(target)
+    out: dict[str, dict[str, list[float]]] = {uid: {"viewer_ms": [], "request_ms": []} for uid in boards}
+    try:
+        with ThreadPoolExecutor(max_workers=width) as pool:
+            # every thread the rounds can use opens its client first, so no round pays for a connection
+            ready = threading.Barrier(width)
+            list(pool.map(lambda _: (clients.get(), ready.wait()), range(width)))
+
+            def request(sql: str) -> float:
+                clients.get().query(sql)
+                return time.perf_counter()
+
+            for _ in range(runs):
+                for uid, sqls in boards.items():
+                    began = time.perf_counter()
+                    sent = [[pool.submit(request, sql) for sql in sqls] for _ in range(viewers)]
+                    for viewer in sent:
+                        ends = [(future.result() - began) * 1000 for future in viewer]
+                        out[uid]["viewer_ms"].append(max(ends))
+                        out[uid]["request_ms"].extend(ends)
+    finally:
+        clients.close()
+    return out
 
 
 def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 else values[0]
 
 
-def report(small: dict[str, list[float]], full: dict[str, list[float]]) -> tuple[list[dict[str, Any]], list[str]]:
+def report(
+    small: dict[str, list[float]], full: dict[str, list[float]], goal_ms: float = GOAL_MS
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows by p95 at 100% (slowest first) and the judged ones (panels, alerts, variables) that miss a goal."""
     rows, missed = [], []
-    base = p95(full["baseline"])
+    base = p95(full["baseline"]) if "baseline" in full else None
     for name in sorted(full, key=lambda n: -p95(full[n])):
         if name == "baseline":
             continue
-        row = {
+        row: dict[str, Any] = {
             "query": name,
             "p50_ms_10pct": statistics.median(small[name]),
             "p95_ms_10pct": p95(small[name]),
@@ -459,49 +748,160 @@ def report(small: dict[str, list[float]], full: dict[str, list[float]]) -> tuple
             "p95_ms_100pct": p95(full[name]),
         }
         row["ratio_100_to_10"] = row["p95_ms_100pct"] / row["p95_ms_10pct"]
-        row["ratio_to_baseline"] = row["p95_ms_100pct"] / base
+        if base is not None:
+            row["ratio_to_baseline"] = row["p95_ms_100pct"] / base
         rows.append(row)
         judged = not name.startswith("audit ")
         grows = row["p95_ms_100pct"] > RATIO_FLOOR_MS and row["ratio_100_to_10"] > GOAL_RATIO
-        if judged and (row["p95_ms_100pct"] > GOAL_MS or grows):
+        if judged and (row["p95_ms_100pct"] > goal_ms or grows):
             missed.append(name)
     return rows, missed
+
+
+def print_table(title: str, rows: list[dict[str, Any]], missed: list[str], unit: str = "query") -> None:
+    print(f"\n{title}")
+    print(f"{'p50 10%':>8} {'p95 10%':>8} {'p50 100%':>9} {'p95 100%':>9} {'100/10':>7} {'/base':>7}  {unit} (ms)")
+    for row in rows:
+        flag = " <-- misses a goal" if row["query"] in missed else ""
+        base = f"{row['ratio_to_baseline']:7.1f}" if "ratio_to_baseline" in row else f"{'':7}"
+        print(
+            f"{row['p50_ms_10pct']:8.1f} {row['p95_ms_10pct']:8.1f} {row['p50_ms_100pct']:9.1f} "
+            f"{row['p95_ms_100pct']:9.1f} {row['ratio_100_to_10']:7.2f} {base}  {row['query']}{flag}"
+        )
+    for row in rows:
+        if row["query"] in missed and row.get("estimate_100pct"):
+            reads = ", ".join(f"{t} {n:,}" for t, n in sorted(row["estimate_100pct"].items(), key=lambda x: -x[1]))
+            print(f"  {row['query']} reads (EXPLAIN ESTIMATE at 100%, rows): {reads}")
+
+
+def verdict(label: str, rows: list[dict[str, Any]], missed: list[str], goal_ms: float) -> str:
+    judged = [r for r in rows if not r["query"].startswith("audit ")]
+    ratios = [r["ratio_100_to_10"] for r in judged if r["p95_ms_100pct"] > RATIO_FLOOR_MS]
+    worst = max(judged, key=lambda r: r["p95_ms_100pct"])
+    return (
+        f"{label}: worst p95 {worst['p95_ms_100pct']:.1f} ms ({worst['query']}; goal {goal_ms:.0f}), worst "
+        f"100%/10% ratio above {RATIO_FLOOR_MS:.0f} ms {max(ratios, default=0.0):.2f} (goal {GOAL_RATIO}); "
+        + (f"{len(missed)} of {len(judged)} miss a goal" if missed else f"all {len(judged)} meet both goals")
+    )
+
+
+MODES = ("all", "selection", "dashboards", "dashboards-selection")
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    chosen = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in MODES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"modes are a comma-separated list of {', '.join(MODES)}")
+    return chosen
+
+
+def _load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def measure_phase(client: Any, target: str, now: datetime, args: argparse.Namespace) -> dict[str, Any]:
+    """Every chosen mode once on the database as it is; the load average before and after each mode."""
+    models = dashboard_models()
+    out: dict[str, Any] = {"timings": {}, "load_average": {}}
+    for mode in args.modes:
+        before = _load_average()
+        concrete = mode in ("selection", "dashboards-selection")
+        selections = {uid: choose_variables(client, model, now, concrete) for uid, model in models.items()}
+        boards = dashboard_panels(now, selections)
+        if mode in ("all", "selection"):
+            items = {name: sql for board in boards.values() for name, (sql, _ctx) in board.items()}
+            items |= {name: sql for name, (sql, _ctx) in variable_queries(client, now, concrete).items()}
+            if mode == "all":  # alerts have no variables: measured once, here
+                items |= {name: sql for name, (sql, _ctx) in alert_queries(now).items()}
+            audits = audit_params(client, now) if mode == "all" else None
+            out["timings"][mode] = measure_alone(client, items, args.runs, audits)
+            out.setdefault("estimates", {})[mode] = {name: estimate(client, sql) for name, sql in items.items()}
+        else:
+            sqls = {uid: [sql for sql, _ctx in board.values()] for uid, board in boards.items()}
+            out["timings"][mode] = measure_dashboards(target, sqls, args.runs, args.viewers)
+        if concrete:
+            out.setdefault("selection", {uid: _shown(s) for uid, s in selections.items()})
+        out["load_average"][mode] = [before, _load_average()]
+    return out
+
+
+def _shown(variables: Variables) -> dict[str, list[str]]:
+    return {name: list(selection.values) for name, selection in variables.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--vms", type=int, default=20_000, help="VMs in the fleet (default 20,000)")
     parser.add_argument("--transitions", type=int, default=10_000_000, help="transitions in the year (10 M)")
-    parser.add_argument("--runs", type=int, default=20, help="timed runs of each query per size (default 20)")
+    parser.add_argument("--runs", type=int, default=20, help="timed rounds of each query or dashboard per size (20)")
     parser.add_argument("--chunk", type=int, default=2000, help="events per INSERT (default 2,000)")
+    parser.add_argument(
+        "--heartbeat-every",
+        type=int,
+        default=3600,
+        metavar="SECONDS",
+        help="one heartbeat per VM every SECONDS for the raw table's 7 days (default 3600; collectors send 60)",
+    )
+    parser.add_argument(
+        "--older-heartbeat-every",
+        type=int,
+        default=86_400,
+        metavar="SECONDS",
+        help="before those 7 days (kept only in the hourly rollup the views fill): one every SECONDS (86400)",
+    )
+    parser.add_argument(
+        "--heartbeat-rows-per-insert",
+        type=int,
+        default=HEARTBEAT_ROWS_PER_INSERT,
+        help=f"heartbeat rows per INSERT (default {HEARTBEAT_ROWS_PER_INSERT:,})",
+    )
+    parser.add_argument(
+        "--modes",
+        type=_modes,
+        default=("all", "selection", "dashboards"),
+        help=f"comma-separated, of {', '.join(MODES)} (default all,selection,dashboards)",
+    )
+    parser.add_argument("--viewers", type=int, default=VIEWERS, help=f"viewers at once in dashboards modes ({VIEWERS})")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a panel or alert misses a goal")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a panel, alert or dashboard misses a goal")
     parser.add_argument(
         "--settle", type=float, default=300, help="seconds to wait at most for background merges (default 300)"
     )
     args = parser.parse_args(argv)
+    if min(args.vms, args.heartbeat_every, args.older_heartbeat_every, args.runs, args.viewers) < 1:
+        parser.error("--vms, --heartbeat-every, --older-heartbeat-every, --runs and --viewers must be positive")
     events = max(len(ACTIVE_TAIL) + 10, args.transitions // (3 * SET_SIZE))
     fleet = Fleet(args.vms, events, datetime.now(UTC).replace(microsecond=0))
     workdir = Path(tempfile.mkdtemp(prefix="bench-dashboards-"))
-    client = connect(f"chdb://{workdir}")
+    target = f"chdb://{workdir}"
+    client = connect(target)
+    phases: list[dict[str, Any]] = []
     try:
         migrate(client, Target())
+        probe = concurrency_probe(target, client)
         began = time.perf_counter()
         recent = int(events * 0.9)
         load(client, fleet, recent, events, args.chunk, "last 10% of the year")
-        load_heartbeats(client, fleet, fleet.now - timedelta(days=7), fleet.now, 3600)
-        load_heartbeats(client, fleet, fleet.event_at(recent), fleet.now - timedelta(days=7), 86400)
+        week = fleet.now - timedelta(days=HEARTBEAT_DAYS)
+        raw = load_heartbeats(
+            client, fleet, week, fleet.now, args.heartbeat_every, args.heartbeat_rows_per_insert, "heartbeats, 7 days"
+        )
+        older = [load_heartbeats(client, fleet, fleet.event_at(recent), week, args.older_heartbeat_every)]
         client.command(inventory_sql(fleet))  # Azure's account (issue 27): the same at 10% and at 100%
         client.command(annotations_sql(fleet))
         client.command(scheduled_events_sql(fleet))
         small_load = time.perf_counter() - began
         refreshed = [_refresh_all(client)]
         settled = [settle(client, args.settle)]
+        disks = [disk_usage(client)]
         print(f"10%: loaded in {small_load:.0f} s, {settled[0]}; measuring", file=sys.stderr)
-        small = measure(client, fleet.now, args.runs)
+        phases.append(measure_phase(client, target, fleet.now, args))
         began = time.perf_counter()
         load(client, fleet, 0, recent, args.chunk, "older 90% of the year")
-        load_heartbeats(client, fleet, fleet.event_at(0), fleet.event_at(recent), 86400)
+        older.append(
+            load_heartbeats(client, fleet, fleet.event_at(0), fleet.event_at(recent), args.older_heartbeat_every)
+        )
         full_load = time.perf_counter() - began
         refreshed.append(_refresh_all(client))
         counts = dict(
@@ -518,39 +918,92 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         settled.append(settle(client, args.settle))
+        disks.append(disk_usage(client))
         print(f"100%: loaded in {full_load:.0f} s more, {settled[1]}; {counts}; measuring", file=sys.stderr)
-        full = measure(client, fleet.now, args.runs)
+        phases.append(measure_phase(client, target, fleet.now, args))
     finally:
         client.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    rows, missed = report(small, full)
+    document: dict[str, Any] = {
+        "vms": args.vms,
+        "events": events,
+        "heartbeat_every_s": args.heartbeat_every,
+        "older_heartbeat_every_s": args.older_heartbeat_every,
+        "runs": args.runs,
+        "viewers": args.viewers,
+        "counts": counts,
+        "load_s": [small_load, full_load],
+        "heartbeat_load": {
+            "raw_7_days": {"rows": raw.rows, "seconds": raw.seconds, "rows_per_s": raw.rows_per_s},
+            "older": [{"rows": o.rows, "seconds": o.seconds} for o in older],
+        },
+        "disk": disks,
+        "settled": settled,
+        "refresh_all_s": refreshed,
+        "concurrency": probe,
+        "load_average": [phase["load_average"] for phase in phases],
+        "selection": phases[0].get("selection"),
+        "modes": {},
+    }
     print(f"fleet: {args.vms:,} VMs, {events:,} events in a year; {counts}")
+    print(
+        f"heartbeats: one per VM every {args.heartbeat_every} s for 7 days ({raw.rows:,} rows in {raw.seconds:.0f} s, "
+        f"{raw.rows_per_s:,.0f} rows/s), every {args.older_heartbeat_every} s before"
+    )
     print(f"load: 10% in {small_load:.0f} s, the other 90% in {full_load:.0f} s")
+    for label, disk in zip(("10%", "100%"), disks, strict=True):
+        shown = ", ".join(f"{t} {d['bytes'] / 1e6:,.0f} MB ({d['rows']:,} rows)" for t, d in list(disk.items())[:4])
+        print(f"on disk at {label}: {sum(d['bytes'] for d in disk.values()) / 1e6:,.0f} MB; largest: {shown}")
     print(f"every event's lifecycle computed and stored: {refreshed[0]:.1f} s at 10%, {refreshed[1]:.1f} s at 100%")
     print(f"before measuring: 10%: {settled[0]}; 100%: {settled[1]}")
-    print(f"baseline {BASELINE}: p95 {p95(small['baseline']):.1f} ms at 10%, {p95(full['baseline']):.1f} ms at 100%")
-    print(f"{'p50 10%':>8} {'p95 10%':>8} {'p50 100%':>9} {'p95 100%':>9} {'100/10':>7} {'/base':>7}  query (ms)")
-    for row in rows:
-        flag = " <-- misses a goal" if row["query"] in missed else ""
-        print(
-            f"{row['p50_ms_10pct']:8.1f} {row['p95_ms_10pct']:8.1f} {row['p50_ms_100pct']:9.1f} "
-            f"{row['p95_ms_100pct']:9.1f} {row['ratio_100_to_10']:7.2f} {row['ratio_to_baseline']:7.1f}  "
-            f"{row['query']}{flag}"
-        )
-    judged = [r for r in rows if not r["query"].startswith("audit ")]
     print(
-        f"panels and alerts: worst p95 {max(r['p95_ms_100pct'] for r in judged):.1f} ms (goal {GOAL_MS:.0f}), "
-        f"worst 100%/10% ratio above {RATIO_FLOOR_MS:.0f} ms "
-        f"{max(r['ratio_100_to_10'] for r in judged if r['p95_ms_100pct'] > RATIO_FLOOR_MS):.2f} (goal {GOAL_RATIO}); "
-        + (f"{len(missed)} miss a goal" if missed else "all goals met")
+        f"engine concurrency (one single-threaded query {probe['one_query_ms']:.0f} ms): two at once on one client "
+        f"{probe['two_on_one_client_ms']:.0f} ms, on two clients of the same directory "
+        f"{probe['two_on_two_clients_ms']:.0f} ms"
     )
+    for mode in args.modes:
+        loads = "; ".join(
+            f"{label} {p['load_average'][mode][0][0]:.1f} -> {p['load_average'][mode][1][0]:.1f}"
+            for label, p in zip(("10%", "100%"), phases, strict=True)
+        )
+        print(f"load average (1 min) during mode {mode}: {loads}")
+    if document["selection"]:
+        print(f"concrete selection: {document['selection'].get('sevents-timeline')}")
+    verdicts: list[str] = []
+    any_missed = False
+    for mode in args.modes:
+        small, full = phases[0]["timings"][mode], phases[1]["timings"][mode]
+        if mode.startswith("dashboards"):
+            rows, missed = report(
+                {uid: t["viewer_ms"] for uid, t in small.items()},
+                {uid: t["viewer_ms"] for uid, t in full.items()},
+                DASHBOARD_GOAL_MS,
+            )
+            panels = {uid: len(board) for uid, board in dashboard_panels(fleet.now).items()}
+            for row in rows:
+                row["panels"] = panels[row["query"]]
+                row["request_p95_ms_100pct"] = p95(full[row["query"]]["request_ms"])
+            title = f"mode {mode}: {args.viewers} viewers open each dashboard at once, every panel concurrent;"
+            print_table(f"{title} until the last panel is shown", rows, missed, "dashboard")
+            verdicts.append(verdict(f"whole dashboards ({mode})", rows, missed, DASHBOARD_GOAL_MS))
+        else:
+            rows, missed = report(small, full)
+            for row in rows:
+                row["estimate_100pct"] = phases[1]["estimates"][mode].get(row["query"], {})
+            what = '"All" selected' if mode == "all" else "one value of each variable (concrete selection)"
+            print_table(f"mode {mode}: each query alone, {what}", rows, missed)
+            verdicts.append(verdict(f"per query ({mode})", rows, missed, GOAL_MS))
+        document["modes"][mode] = {"rows": rows, "missed": missed, "raw": {"10pct": small, "100pct": full}}
+        any_missed = any_missed or bool(missed)
+        if mode == "all":
+            document["queries"], document["missed"] = rows, missed
+            document["baseline_p95_ms"] = [p95(small["baseline"]), p95(full["baseline"])]
+    print()
+    for line in verdicts:
+        print(line)
     if args.json:
-        document = {"vms": args.vms, "events": events, "counts": counts, "load_s": [small_load, full_load]}
-        document["settled"] = settled
-        document["refresh_all_s"] = refreshed
-        document["baseline_p95_ms"] = [p95(small["baseline"]), p95(full["baseline"])]
-        args.json.write_text(json.dumps({**document, "queries": rows, "missed": missed}, indent=1), encoding="utf-8")
-    return 1 if args.strict and missed else 0
+        args.json.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
+    return 1 if args.strict and any_missed else 0
 
 
 if __name__ == "__main__":

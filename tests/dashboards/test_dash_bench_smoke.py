@@ -21,7 +21,7 @@ def test_benchmark_runs_every_query_on_a_consistent_fleet(tmp_path: Path) -> Non
     out = tmp_path / "bench.json"
     # its own process: the embedded engine holds one data directory per process, and this package has one open
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_dashboards.py"), "--vms", "200"]
-    command += ["--transitions", "15000", "--runs", "2", "--json", str(out)]
+    command += ["--transitions", "15000", "--runs", "2", "--heartbeat-every", "600", "--json", str(out)]
     subprocess.run(command, check=True, capture_output=True, timeout=600)
     result = json.loads(out.read_text(encoding="utf-8"))
     counts = result["counts"]
@@ -40,3 +40,36 @@ def test_benchmark_runs_every_query_on_a_consistent_fleet(tmp_path: Path) -> Non
     assert any(n.startswith("alert Reboot or Redeploy scheduled") for n in names)
     assert {f"audit {q}" for q in ("vm_history", "event_summary", "counts", "coverage", "gaps")} <= names
     assert all(row["p95_ms_100pct"] > 0 and row["ratio_100_to_10"] > 0 for row in result["queries"])
+    # heartbeats every 10 minutes for the raw table's 7 days, in INSERTs of the fleet's steps
+    assert result["heartbeat_load"]["raw_7_days"]["rows"] == 7 * 144 * 200
+    assert counts["heartbeats"] >= 0.99 * 7 * 144 * 200
+    assert result["disk"][1]["heartbeats"]["bytes"] > 0 and result["disk"][1]["heartbeat_hours"]["rows"] > 0
+    assert set(result["concurrency"]) == {"one_query_ms", "two_on_one_client_ms", "two_on_two_clients_ms"}
+
+
+def test_every_panel_is_measured_three_ways(tmp_path: Path) -> None:
+    """Alone with All, alone with one value of each variable (one VM of the chosen scale set), and as whole
+    dashboards: a sample per viewer per round at each size."""
+    out = tmp_path / "bench.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_dashboards.py"), "--vms", "200", "--runs", "2"]
+    command += ["--transitions", "15000", "--modes", "all,selection,dashboards-selection", "--viewers", "3"]
+    subprocess.run([*command, "--json", str(out)], check=True, capture_output=True, timeout=600)
+    result = json.loads(out.read_text(encoding="utf-8"))
+    modes = result["modes"]
+    assert set(modes) == {"all", "selection", "dashboards-selection"}
+    panels = {r["query"] for r in modes["all"]["rows"] if r["query"].startswith("panel ")}
+    chosen = {r["query"] for r in modes["selection"]["rows"]}
+    assert panels and panels <= chosen and not any(q.startswith(("alert ", "audit ")) for q in chosen)
+    assert {f"variable {v}" for v in ("subscription", "location", "scale_set", "fault_domain", "vm")} <= chosen
+    timeline = result["selection"]["sevents-timeline"]
+    (scale_set,), (vm,), (event_id,) = timeline["scale_set"], timeline["vm"], timeline["event_id"]
+    assert scale_set.startswith("vmss-") and vm.startswith(f"set{scale_set.removeprefix('vmss-')}-vm") and event_id
+    boards = modes["dashboards-selection"]
+    assert {r["query"] for r in boards["rows"]} == {
+        "sevents-fleet", "sevents-timeline", "sevents-approval", "sevents-impact", "sevents-pipeline"
+    }  # fmt: skip
+    for row in boards["rows"]:
+        assert row["panels"] > 0 and row["p95_ms_100pct"] >= row["request_p95_ms_100pct"] > 0
+        for size in ("10pct", "100pct"):
+            assert len(boards["raw"][size][row["query"]]["viewer_ms"]) == 2 * 3  # runs x viewers
+            assert len(boards["raw"][size][row["query"]]["request_ms"]) == 2 * 3 * row["panels"]
