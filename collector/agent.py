@@ -144,20 +144,23 @@ class Agent:
 
     def _poll(self, stop: threading.Event) -> list[dict[str, Any]]:
         vm = self.instance.identity  # one identity for the whole poll, whatever the refresh thread learns meanwhile
+        asked_at = self._clock()
         response = self._fetch(stop)
         document = self._decode(response)
         base, farewell = self._baseline(vm)
         prev = align(base, document, response.api_version)
-        snapshot, transitions = diff(prev, document, self._clock())
+        read_at = self._clock()
+        snapshot, transitions = diff(prev, document, read_at)
         snapshot = stamp(snapshot, response.api_version)
         if snapshot.vm_id != vm.vm_id:
             snapshot = dataclasses.replace(snapshot, vm_id=vm.vm_id)
-        downtimes = self._ledger.held()
+        # a downtime is stored by the first read asked for after it: an answer in flight across a pause is older
+        downtimes = self._ledger.held(ended_by=asked_at)
         if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
             self._approve(stop)
             return []
-        committed = self._commit(snapshot, transitions, response.api_version, downtimes, vm, farewell)
+        committed = self._commit(snapshot, transitions, response.api_version, downtimes, vm, read_at, farewell)
         self._approve(stop)
         return committed
 
@@ -214,16 +217,19 @@ class Agent:
         api_version: str,
         downtimes: Sequence[Downtime],
         vm: VmIdentity,
+        read_at: datetime,
         farewell: Sequence[dict[str, Any]] = (),
     ) -> list[dict[str, Any]]:
-        """Store what earlier polls could not, then this poll's records, with the snapshot, in one transaction;
-        then tell who listens (``Parts.on_commit``)."""
+        """Store what earlier polls could not, then this poll's records (read at ``read_at``), with the snapshot,
+        in one transaction; then tell who listens (``Parts.on_commit``)."""
         records = [*farewell]
         records += [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
         ]
         # handed to the commit: stored now, or held with the deferred records
-        records += self._ledger.take(downtimes, after=snapshot, fallback=self._snapshot, vm=vm, api_version=api_version)
+        records += self._ledger.take(
+            downtimes, after=snapshot, fallback=self._snapshot, vm=vm, api_version=api_version, read_at=read_at
+        )
         batch = self._pending.batch(records)
         began = time.time_ns()
         try:

@@ -56,24 +56,34 @@ class DowntimeLedger:
             self._on_fault("downtime_dropped")
             log.error("downtime dropped: too many waiting for a poll", extra={"began_at": str(dropped[0].began_at)})
 
-    def held(self) -> list[Downtime]:
-        """The downtimes waiting to be stored, oldest first."""
+    def held(self, ended_by: datetime | None = None) -> list[Downtime]:
+        """The downtimes waiting to be stored, oldest first; with ``ended_by``, those that ended by then."""
         with self._lock:
-            return list(self._held)
+            return [d for d in self._held if ended_by is None or d.ended_at <= ended_by]
 
     def take(
-        self, downtimes: Sequence[Downtime], *, after: Snapshot, fallback: Snapshot, vm: VmIdentity, api_version: str
+        self,
+        downtimes: Sequence[Downtime],
+        *,
+        after: Snapshot,
+        fallback: Snapshot,
+        vm: VmIdentity,
+        api_version: str,
+        read_at: datetime,
     ) -> list[dict[str, Any]]:
         """The impact records of ``downtimes`` (handed to a commit: no longer held), each with the event of this VM
-        Started across it (or none); ``after`` is the snapshot diffed after them, ``fallback`` the one to compare
-        with when no commit is known from before one began."""
+        Started across it (or none); ``after`` is the snapshot diffed after them (IMDS read at ``read_at``),
+        ``fallback`` the one to compare with when no commit is known from before one began."""
         with self._lock:
             self._held = [d for d in self._held if d not in downtimes]
         out = []
         for downtime in downtimes:
             before = snapshot_before(self._committed, downtime.began_at) or fallback
             event = event_for(downtime, before, after, vm.vm_name)
-            out.append(impact_record(downtime, event, vm, api_version=api_version, collector_version=self._version))
+            record = impact_record(
+                downtime, event, vm, read_at=read_at, api_version=api_version, collector_version=self._version
+            )
+            out.append(record)
             log.info(
                 "downtime measured",
                 extra={

@@ -75,9 +75,16 @@ def heartbeat_record(
 
 
 def impact_record(
-    downtime: Downtime, event: Event | None, vm: VmIdentity, *, api_version: str, collector_version: str
+    downtime: Downtime,
+    event: Event | None,
+    vm: VmIdentity,
+    *,
+    read_at: datetime,
+    api_version: str,
+    collector_version: str,
 ) -> Record:
-    """The wire record of one downtime ``vm`` measured on itself, with the event it belongs to (None: unannounced)."""
+    """The wire record of one downtime ``vm`` measured on itself, with the event it belongs to (None: unannounced),
+    stored by the poll that read IMDS at ``read_at``: the collector's first read after the downtime."""
     began_at = records.format_time(downtime.began_at)
     record_id = records.impact_id(vm.vm_id, downtime.detected_by, began_at)
     observation = {
@@ -87,6 +94,7 @@ def impact_record(
         "duration_ms": downtime.duration_ms,
         "event_id": "" if event is None else event.event_id,
         "event_type": "" if event is None else event.event_type,
+        "read_at": records.format_time(read_at),
     }
     return _chain(
         observation,

@@ -537,7 +537,7 @@ GROUP BY
     vm_id;
 
 -- impacts: the downtime each collector measured on its own VM (a pause or a reboot), with the event Started then
---   (table, last defined by 0008_observed_impact)
+--   (table, last defined by 0019_ends_by_read)
 CREATE TABLE sevents.impacts
 (
     `impact_id` String,
@@ -563,6 +563,7 @@ CREATE TABLE sevents.impacts
     `duration_ms` UInt64,
     `event_id` String,
     `event_type` LowCardinality(String),
+    `read_at` Nullable(DateTime64(3, 'UTC')),
     `duration_s` Float64 DEFAULT duration_ms / 1000,
     `source_position` String DEFAULT '',
     `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
@@ -1263,7 +1264,7 @@ FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
 
 -- event_evidence_since: one row per EventId from all its evidence (every VM's lifecycle, downtime, approvals, Azure's
 --   account), without what changes with time alone: the VMs still showing it instead of 'active' (view, last defined by
---   0017_stored_lifecycles)
+--   0019_ends_by_read)
 CREATE VIEW sevents.event_evidence_since
 AS SELECT
     * EXCEPT (in_platform_, p_status, p_settled) REPLACE (multiIf(p_settled = 'Completed', 'completed', p_settled = 'Canceled', 'cancelled', outcome) AS outcome),
@@ -1329,7 +1330,7 @@ FROM
                 if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
                 multiIf(started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
                 arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
-                arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR ((e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
+                arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR if((down_read_[k]) > toDateTime64(0, 3, 'UTC'), (e.2) > (down_read_[k]), (e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
                 if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_) AS ended_at_,
                 if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
             FROM
@@ -1434,7 +1435,8 @@ FROM
                     toNullable(min(vm_down_at)) AS down_at_,
                     groupArray(vm_key) AS down_keys_,
                     groupArray(vm_down_at) AS down_began_,
-                    groupArray(vm_back_at) AS down_back_
+                    groupArray(vm_back_at) AS down_back_,
+                    groupArray(vm_read_at) AS down_read_
                 FROM
                 (
                     SELECT
@@ -1442,7 +1444,8 @@ FROM
                         cityHash64(vm_id) AS vm_key,
                         sum(duration_s) AS vm_impact_s,
                         min(began_at) AS vm_down_at,
-                        max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at
+                        max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at,
+                        max(ifNull(read_at, toDateTime64(0, 3, 'UTC'))) AS vm_read_at
                     FROM sevents.impacts
                     FINAL
                     WHERE (began_at >= {since_day:Date}) AND (event_id != '')

@@ -160,6 +160,16 @@ IMPACT: Final = (
     Field("duration_ms", "int", "UInt64", bounds=UINT64, doc="from began_at until the VM ran again"),
     _text("event_id", 'the event of this VM that was Started then; "" when no event announced it'),
     _text("event_type", '"" when no event announced it', column=_LC),
+    # What a VM saw at its first read after a downtime is only "by then": an end it saw at a later read it saw.
+    Field(
+        "read_at",
+        "time",
+        f"Nullable({_TIME})",
+        nullable=True,
+        default=None,
+        doc="the collector's first read of IMDS asked for after the downtime (the poll that stored this record); "
+        "absent from earlier collectors",
+    ),
 )
 
 # A decision of the collector's approval policy (collector/approver.py) about one event: approved through IMDS,
@@ -249,7 +259,7 @@ RECORD_TYPES: Final = (
         time="began_at",
         partition="month",
         retention="history",
-        proven=("observed_at", "began_at"),
+        proven=("observed_at", "began_at", "read_at"),
         lookup=("vm_id",),
         lookup_time="began_at",
         purpose="the downtime each collector measured on its own VM (a pause or a reboot), with the event Started then",

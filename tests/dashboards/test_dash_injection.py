@@ -155,7 +155,8 @@ def _records(index: int, identity: dict[str, Any], now: datetime) -> tuple[list[
     outcome = ApprovalOutcome("approved", "first-in-resources", name, decided, 0, 2500, 200)
     out.append({**approval_record(outcome, event, vm, api_version="2020-07-01", collector_version="test"), "seq": 5})
     down = Downtime("reboot", start + timedelta(minutes=10, seconds=5), start + timedelta(minutes=10, seconds=35))
-    out.append({**impact_record(down, event, vm, api_version="2020-07-01", collector_version="test"), "seq": 6})
+    impact = impact_record(down, event, vm, read_at=down.ended_at, api_version="2020-07-01", collector_version="test")
+    out.append({**impact, "seq": 6})
     for seq, ago in enumerate((45, 30, 15, 0.2), start=7):
         beat = synthetic.heartbeat(observed_at=now - timedelta(minutes=ago), seq=seq)
         beat = {**beat, **identity}

@@ -51,6 +51,7 @@ def impact(vm_index: int = 0) -> dict[str, Any]:
         "duration_ms": 3000,
         "event_id": "E-1",
         "event_type": "Freeze",
+        "read_at": "2026-11-21T11:59:53.400Z",
     }
 
 

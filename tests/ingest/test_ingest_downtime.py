@@ -50,6 +50,8 @@ def test_collectors_measure_the_downtime_their_vms_really_had(ch: Any, ch_path: 
         ids = {row["label"]: row["event_id"] for row in run.sim.truth()}
         window = {"since": began - timedelta(minutes=1), "until": datetime.now(UTC) + timedelta(minutes=1)}
         impacts = queries.run(ch, queries.DOWNTIME, database, **window).dicts()
+        reads = dict(ch.query(f"SELECT vm_name, read_at FROM {database}.impacts FINAL").result_rows)
+        served = {vm: run.sim.served(vm) for vm in reads}
         pairs = ch.query(
             f"SELECT event_id, vm_name, observed_impact_s FROM {database}.event_vms ORDER BY event_id, vm_name"
         ).result_rows
@@ -75,6 +77,7 @@ def test_collectors_measure_the_downtime_their_vms_really_had(ch: Any, ch_path: 
     assert (pause["detected_by"], pause["event_id"]) == ("pause", "")
     for row, vm in ((freeze, "web-0"), (reboot, "web-1"), (pause, "web-2")):
         _covers_what_was_done(row, applied[vm])
+        _stored_by_the_first_read_after_it(reads[vm], row, served[vm])
 
     observed = {(event_id, vm): seconds for event_id, vm, seconds in pairs}
     assert observed[(ids["freeze"], "web-0")] == pytest.approx(freeze["duration_s"])
@@ -86,6 +89,17 @@ def test_collectors_measure_the_downtime_their_vms_really_had(ch: Any, ch_path: 
         assert event["impacted_vms"] == 1
         assert event["observed_impact_s"] == pytest.approx(row["duration_s"])
         assert event["started_to_gone_s"] > event["observed_impact_s"]  # Started lasts longer than the downtime
+
+
+def _stored_by_the_first_read_after_it(read_at: datetime | None, row: dict[str, Any], served: list[datetime]) -> None:
+    """Each downtime carries the moment its collector read IMDS after it: an answer the simulator gave once the VM
+    ran again (a read is stamped after its answer), never before the downtime ended."""
+    assert read_at is not None
+    read_at = read_at.replace(tzinfo=UTC)  # the embedded engine hands DateTime64('UTC') back naive
+    ended = row["began_at"].replace(tzinfo=UTC) + timedelta(seconds=row["duration_s"])
+    assert read_at >= ended
+    clocks = timedelta(seconds=CLOCKS_S)
+    assert any(ended - clocks <= answer <= read_at + clocks for answer in served), (read_at, ended)
 
 
 def _covers_what_was_done(row: dict[str, Any], applied: Applied) -> None:

@@ -45,7 +45,11 @@ def _transition(ch: Any, db: str, vm: str, kind: str, status: str, second: float
     lifecycle_store.refresh(ch, db, [event_id])  # as the ingest does after storing a batch
 
 
-def _impact(ch: Any, db: str, vm: str, began: float, seconds: float, event_id: str = "E-1") -> None:
+def _impact(
+    ch: Any, db: str, vm: str, began: float, seconds: float, event_id: str = "E-1", read: float | None = None
+) -> None:
+    """A downtime ``vm`` measured; ``read``: its collector's first read after it (None: sent by a collector before
+    impacts carried it)."""
     row = {
         "impact_id": f"i-{vm}-{began}",
         "observed_at": _at(began + seconds),
@@ -56,6 +60,7 @@ def _impact(ch: Any, db: str, vm: str, began: float, seconds: float, event_id: s
         "duration_ms": int(seconds * 1000),
         "event_id": event_id,
         "event_type": "Reboot",
+        "read_at": None if read is None else _at(read),
     }
     ch.insert(f"{db}.impacts", [list(row.values())], column_names=list(row))
     lifecycle_store.refresh(ch, db, [event_id])
@@ -130,6 +135,38 @@ def test_a_reboot_that_ended_while_its_vm_was_down_is_completed_from_its_downtim
     assert (event["approved_at"], event["approval_latency_s"], event["released_by"]) == (_at(2.0), 2.0, "outside")
     # the end is known only as the first poll after the reboot: a bound, said so
     assert (event["ended_at"], event["ended_at_source"]) == (_at(66.0), "after_downtime")
+
+
+def test_a_collector_slow_to_start_after_its_reboot_only_bounds_the_end(ch: Any, db: str) -> None:
+    """A loaded VM's collector first reads IMDS 8 s after its process started: what that read found gone is still
+    only "gone by then", however long after the VM came back it came (the impact says which read it was)."""
+    _transition(ch, db, "db-0", "appeared", "Scheduled", 0)
+    _impact(ch, db, "db-0", 2.0, 63.0, read=73.0)
+    _transition(ch, db, "db-0", "disappeared", "", 73.0)
+    event = _event(ch, db)
+    assert (event["ended_at"], event["ended_at_source"]) == (_at(73.0), "after_downtime")
+
+
+def test_an_end_seen_at_a_later_read_after_the_downtime_is_seen(ch: Any, db: str) -> None:
+    """Back at 65, the VM read the event still there at 66 and gone at 68: it saw the end, soon after it came back."""
+    _transition(ch, db, "db-0", "appeared", "Scheduled", 0)
+    _transition(ch, db, "db-0", "status_changed", "Started", 1.5)
+    _impact(ch, db, "db-0", 2.0, 63.0, read=66.0)
+    _transition(ch, db, "db-0", "disappeared", "", 68.0)
+    event = _event(ch, db)
+    assert (event["ended_at"], event["ended_at_source"]) == (_at(68.0), "seen")
+    assert event["started_to_gone_s"] == 66.5
+
+
+def test_impacts_without_their_read_keep_the_five_second_rule(ch: Any, db: str) -> None:
+    """Impacts stored before collectors sent ``read_at``: an end 5 s or more after the VM came back counts as seen,
+    one sooner only bounds it."""
+    _standalone_reboot(ch, db, down_at=2.0, back_at=65.0, gone_at=71.0)
+    assert (_event(ch, db)["ended_at_source"]) == "seen"
+    _transition(ch, db, "db-1", "appeared", "Scheduled", 0, event_id="E-2")
+    _impact(ch, db, "db-1", 2.0, 63.0, event_id="E-2")
+    _transition(ch, db, "db-1", "disappeared", "", 69.0, event_id="E-2")
+    assert (_event(ch, db, "E-2")["ended_at_source"]) == "after_downtime"
 
 
 def test_sevents_own_approval_gives_the_approval_moment(ch: Any, db: str) -> None:
