@@ -1329,10 +1329,8 @@ FROM
                 multiIf(seen_started_ IS NULL, down_started_, down_started_ IS NULL, seen_started_, least(seen_started_, down_started_)) AS started_at_,
                 if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
                 multiIf(started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
-                arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
-                arrayFilter((e, k) -> ((k = 0) OR ifNull((e.3) > (down_began_[k]), 0) OR if((down_read_[k]) > toDateTime64(0, 3, 'UTC'), (e.2) > (down_read_[k]), (e.2) > ((down_back_[k]) + toIntervalSecond(5)))), ends_, end_downs_) AS seen_ends_,
-                if(notEmpty(seen_ends_), arrayMax(e -> (e.2), seen_ends_), last_end_) AS ended_at_,
-                if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
+                ifNull(last_seen_end_, last_end_) AS ended_at_,
+                if(ended_at_ IS NULL, NULL, if(last_seen_end_ IS NOT NULL, 'seen', 'after_downtime')) AS ended_at_source_
             FROM
             (
                 SELECT
@@ -1351,7 +1349,7 @@ FROM
                     max(last_seen_at) AS last_seen_at_,
                     countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
                     max(ended_at) AS last_end_,
-                    groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
+                    maxIf(ended_at, NOT end_bounded_) AS last_seen_end_,
                     uniqExact(vm_id) AS observing_vms,
                     arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
                     arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
@@ -1388,7 +1386,8 @@ FROM
                         transitions,
                         anomalies,
                         if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
-                        ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AS holds_
+                        ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AS holds_,
+                        arrayExists(d -> (((d.1) < assumeNotNull(ended_at)) AND (assumeNotNull(ended_at) <= (d.2)) AND (NOT ifNull(vm_started_at > (d.1), 0))), downs_) AS end_bounded_
                     FROM
                     (
                         SELECT
@@ -1423,6 +1422,16 @@ FROM
                             event_id,
                             vm_id
                     ) AS p
+                    LEFT JOIN
+                    (
+                        SELECT
+                            vm_id,
+                            groupArray((began_at, ifNull(read_at, (began_at + toIntervalMillisecond(duration_ms)) + toIntervalSecond(5)))) AS downs_
+                        FROM sevents.impacts
+                        FINAL
+                        WHERE began_at >= {since_day:Date}
+                        GROUP BY vm_id
+                    ) AS d USING (vm_id)
                 )
                 GROUP BY event_id
             ) AS v
@@ -1432,20 +1441,14 @@ FROM
                     event_id,
                     toNullable(max(vm_impact_s)) AS observed_impact_s_,
                     count() AS impacted_vms_,
-                    toNullable(min(vm_down_at)) AS down_at_,
-                    groupArray(vm_key) AS down_keys_,
-                    groupArray(vm_down_at) AS down_began_,
-                    groupArray(vm_back_at) AS down_back_,
-                    groupArray(vm_read_at) AS down_read_
+                    toNullable(min(vm_down_at)) AS down_at_
                 FROM
                 (
                     SELECT
                         event_id,
                         cityHash64(vm_id) AS vm_key,
                         sum(duration_s) AS vm_impact_s,
-                        min(began_at) AS vm_down_at,
-                        max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at,
-                        max(ifNull(read_at, toDateTime64(0, 3, 'UTC'))) AS vm_read_at
+                        min(began_at) AS vm_down_at
                     FROM sevents.impacts
                     FINAL
                     WHERE (began_at >= {since_day:Date}) AND (event_id != '')

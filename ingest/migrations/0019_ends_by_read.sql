@@ -6,7 +6,9 @@
 -- later read. Impacts stored before keep the 5-second rule.
 --
 -- impacts.read_at           the collector's first read of IMDS asked for after the downtime (the poll that stored it)
--- event_evidence_since      as 0017 made it, with the ends of the VMs that went down told apart by read_at
+-- event_evidence_since      as 0017 made it, with an end a VM found at its first read after any downtime of its own
+--                           (not only one its event caused: a VM down for another event sees this one's end late too)
+--                           a bound, told apart by read_at
 ALTER TABLE ${db}.impacts${local} ${on_cluster}
     ADD COLUMN IF NOT EXISTS read_at Nullable(DateTime64(3, 'UTC')) AFTER event_type;
 ALTER TABLE ${db}.impacts ${on_cluster}
@@ -89,17 +91,9 @@ FROM
                 if(started_at_ IS NULL, NULL, if(ifNull(seen_started_ <= started_at_, 0), 'seen', 'downtime')) AS started_at_source_,
                 -- its outcome once no VM shows it any more (events reads 'active' while one does)
                 multiIf(started_at_ IS NOT NULL, 'completed', end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome_,
-                -- the ends VMs saw while polling: not one a VM found at its first read after its own downtime (unless it saw the
-                -- event Started after going down): an end seen at a later read (down_read_, impacts.read_at) is seen; for
-                -- impacts stored before collectors sent read_at, one seen 5 s after the VM came back
-                -- (each end's VM looked up in the VMs that measured a downtime: indexOf, 0 when it measured none)
-                arrayMap(e -> indexOf(down_keys_, e.1), ends_) AS end_downs_,
-                arrayFilter((e, k) -> k = 0 OR ifNull(e.3 > down_began_[k], 0)
-                                      OR if(down_read_[k] > toDateTime64(0, 3, 'UTC'), e.2 > down_read_[k],
-                                            e.2 > down_back_[k] + INTERVAL 5 SECOND),
-                            ends_, end_downs_) AS seen_ends_,
-                if(notEmpty(seen_ends_), arrayMax(e -> e.2, seen_ends_), last_end_) AS ended_at_,
-                if(ended_at_ IS NULL, NULL, if(notEmpty(seen_ends_), 'seen', 'after_downtime')) AS ended_at_source_
+                -- the last end a VM saw while polling, else the last bound (an end found right after a VM's own downtime)
+                ifNull(last_seen_end_, last_end_) AS ended_at_,
+                if(ended_at_ IS NULL, NULL, if(last_seen_end_ IS NOT NULL, 'seen', 'after_downtime')) AS ended_at_source_
             FROM
             (
                 SELECT
@@ -120,7 +114,7 @@ FROM
                     max(last_seen_at) AS last_seen_at_,
                     countIf(ended_at IS NOT NULL) > 0 AS end_seen_by_any_,
                     max(ended_at) AS last_end_,
-                    groupArrayIf((cityHash64(vm_id), assumeNotNull(ended_at), vm_started_at), ended_at IS NOT NULL) AS ends_,
+                    maxIf(ended_at, NOT end_bounded_) AS last_seen_end_,
                     uniqExact(vm_id) AS observing_vms,
                     arraySort(groupUniqArrayIf(fault_domain, affects_this_vm)) AS fault_domains,
                     arraySort(groupUniqArrayIf(update_domain, affects_this_vm)) AS update_domains,
@@ -141,7 +135,12 @@ FROM
                         -- silence or retirement change with time alone: events looks them up when read)
                         last_mark % 2 = 0
                             AND NOT (affects_this_vm AND vm_started_at IS NOT NULL AND event_type IN ('Terminate', 'Preempt'))
-                            AS holds_
+                            AS holds_,
+                        -- an end it found at its first read after one of its own downtimes (whichever event caused it)
+                        -- says only "gone by then", unless it saw the event Started after going down; the first read is
+                        -- the downtime's read_at (from earlier collectors, none: taken as 5 s after the VM came back)
+                        arrayExists(d -> d.1 < assumeNotNull(ended_at) AND assumeNotNull(ended_at) <= d.2
+                                         AND NOT ifNull(vm_started_at > d.1, 0), downs_) AS end_bounded_
                     FROM
                     (
                         SELECT
@@ -174,6 +173,16 @@ FROM
                         WHERE day >= {since_day:Date}
                         GROUP BY event_id, vm_id
                     ) AS p
+                    LEFT JOIN
+                    (
+                        -- each VM's own downtimes: (last moment known running, its first read after it)
+                        SELECT vm_id,
+                               groupArray((began_at, ifNull(read_at, began_at + toIntervalMillisecond(duration_ms)
+                                                                     + INTERVAL 5 SECOND))) AS downs_
+                        FROM ${db}.impacts FINAL
+                        WHERE began_at >= {since_day:Date}
+                        GROUP BY vm_id
+                    ) AS d USING (vm_id)
                 )
                 GROUP BY event_id
             ) AS v
@@ -181,15 +190,10 @@ FROM
             (
                 -- the downtime each VM measured for it
                 SELECT event_id, toNullable(max(vm_impact_s)) AS observed_impact_s_, count() AS impacted_vms_,
-                       toNullable(min(vm_down_at)) AS down_at_,
-                       groupArray(vm_key) AS down_keys_, groupArray(vm_down_at) AS down_began_, groupArray(vm_back_at) AS down_back_,
-                       groupArray(vm_read_at) AS down_read_
+                       toNullable(min(vm_down_at)) AS down_at_
                 FROM
                 (
-                    SELECT event_id, cityHash64(vm_id) AS vm_key, sum(duration_s) AS vm_impact_s, min(began_at) AS vm_down_at,
-                           max(began_at + toIntervalMillisecond(duration_ms)) AS vm_back_at,
-                           -- 1970 (groupArray would skip a NULL): no read_at sent
-                           max(ifNull(read_at, toDateTime64(0, 3, 'UTC'))) AS vm_read_at
+                    SELECT event_id, cityHash64(vm_id) AS vm_key, sum(duration_s) AS vm_impact_s, min(began_at) AS vm_down_at
                     FROM ${db}.impacts FINAL
                     WHERE began_at >= {since_day:Date} AND event_id != ''
                     GROUP BY event_id, vm_key

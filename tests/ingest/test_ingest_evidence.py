@@ -158,6 +158,19 @@ def test_an_end_seen_at_a_later_read_after_the_downtime_is_seen(ch: Any, db: str
     assert event["started_to_gone_s"] == 66.5
 
 
+def test_a_vm_down_for_another_event_sees_this_ones_end_late(ch: Any, db: str) -> None:
+    """db-1 rebooted for a host failure of its own (E-2) while E-1, which names db-0, ended: what db-1's first read
+    after coming back found is no sighting of E-1's end; db-0 saw it end at 40."""
+    for vm in ("db-0", "db-1"):
+        _transition(ch, db, vm, "appeared", "Scheduled", 0, resources=["db-0"], affects_this_vm=vm == "db-0")
+    _transition(ch, db, "db-1", "appeared", "Started", 2.0, event_id="E-2")
+    _impact(ch, db, "db-1", 2.5, 62.5, event_id="E-2", read=73.0)
+    _transition(ch, db, "db-0", "disappeared", "", 40.0)
+    _transition(ch, db, "db-1", "disappeared", "", 73.0, resources=["db-0"], affects_this_vm=False)
+    event = _event(ch, db)
+    assert (event["ended_at"], event["ended_at_source"]) == (_at(40.0), "seen")
+
+
 def test_impacts_without_their_read_keep_the_five_second_rule(ch: Any, db: str) -> None:
     """Impacts stored before collectors sent ``read_at``: an end 5 s or more after the VM came back counts as seen,
     one sooner only bounds it."""
