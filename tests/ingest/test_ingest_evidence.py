@@ -281,7 +281,11 @@ def test_collectors_stopped_cleanly_while_scheduled_leave_an_end_not_seen(ch: An
     assert _active(ch, db) == set()
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     sightings=st.lists(st.one_of(st.none(), st.integers(1, 50)), min_size=1, max_size=4),
     downs=st.lists(st.one_of(st.none(), st.integers(1, 50)), min_size=1, max_size=4),

@@ -156,7 +156,9 @@ def expected_event_vms(db: str) -> str:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(stream=streams(), data=st.data())
 def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list[dict[str, Any]], data: Any) -> None:
     """Duplicates, any arrival order and any batch split give exactly the reference views' rows."""
@@ -220,7 +222,9 @@ def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list
 
 
 # more examples than the others: streams where a Terminate or Preempt decides are a small share of them
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(stream=streams(), types=st.lists(st.sampled_from(("Terminate", "Preempt", "Reboot")), min_size=3, max_size=3))
 def test_active_events_are_the_events_active_terminate_and_preempt_included(
     ch: Any, rollup_db: str, stream: list[dict[str, Any]], types: list[str]
@@ -250,7 +254,9 @@ def test_active_events_are_the_events_active_terminate_and_preempt_included(
     assert _rows(ch, f"SELECT event_id FROM {rollup_db}.active_events") == active
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(
     stream=streams(),
     sets=st.lists(st.sampled_from(("", "", "pool-a", "pool-b")), min_size=4, max_size=4),
