@@ -144,7 +144,6 @@ class Agent:
 
     def _poll(self, stop: threading.Event) -> list[dict[str, Any]]:
         vm = self.instance.identity  # one identity for the whole poll, whatever the refresh thread learns meanwhile
-        asked_at = self._clock()
         response = self._fetch(stop)
         document = self._decode(response)
         base, farewell = self._baseline(vm)
@@ -154,8 +153,7 @@ class Agent:
         snapshot = stamp(snapshot, response.api_version)
         if snapshot.vm_id != vm.vm_id:
             snapshot = dataclasses.replace(snapshot, vm_id=vm.vm_id)
-        # a downtime is stored by the first read asked for after it: an answer in flight across a pause is older
-        downtimes = self._ledger.held(ended_by=asked_at)
+        downtimes = self._ledger.held()
         if snapshot is self._snapshot and not self._pending.records and not downtimes:
             self.health.ok()
             self._approve(stop)

@@ -56,10 +56,10 @@ class DowntimeLedger:
             self._on_fault("downtime_dropped")
             log.error("downtime dropped: too many waiting for a poll", extra={"began_at": str(dropped[0].began_at)})
 
-    def held(self, ended_by: datetime) -> list[Downtime]:
-        """The downtimes waiting to be stored that ended by ``ended_by``, oldest first."""
+    def held(self) -> list[Downtime]:
+        """The downtimes waiting to be stored, oldest first."""
         with self._lock:
-            return [d for d in self._held if d.ended_at <= ended_by]
+            return list(self._held)
 
     def take(
         self,

@@ -167,7 +167,7 @@ IMPACT: Final = (
         f"Nullable({_TIME})",
         nullable=True,
         default=None,
-        doc="the collector's first read of IMDS asked for after the downtime (the poll that stored this record); "
+        doc="the collector's first read of IMDS after the downtime (the poll that stored this record); "
         "absent from earlier collectors",
     ),
 )

@@ -2,10 +2,10 @@
 -- gone at its first read after the downtime, which says only "gone by then". The lifecycle told such a read apart
 -- by time (an end seen 5 s or more after the VM came back counted as seen), and a collector that took longer than
 -- that to start on a loaded VM had its late read taken for the end. Collectors now send, with each downtime, the
--- moment of their first read asked for after it (impacts.read_at), and an end that VM saw counts as seen only if it saw it at a
+-- moment of their first read after it (impacts.read_at), and an end that VM saw counts as seen only if it saw it at a
 -- later read. Impacts stored before keep the 5-second rule.
 --
--- impacts.read_at           the collector's first read of IMDS asked for after the downtime (the poll that stored it)
+-- impacts.read_at           the collector's first read of IMDS after the downtime (the poll that stored it)
 -- event_evidence_since      as 0017 made it, with an end a VM found at its first read after any downtime of its own
 --                           (not only one its event caused: a VM down for another event sees this one's end late too)
 --                           a bound, told apart by read_at

