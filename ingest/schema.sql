@@ -482,7 +482,7 @@ AS SELECT
 FROM sevents.transitions;
 
 -- heartbeat_hours: one VM per hour: heartbeats received (coverage), the deepest outbox, whether a poll failed (table,
---   last defined by 0006_rollups)
+--   last defined by 0020_heartbeat_minutes)
 CREATE TABLE sevents.heartbeat_hours
 (
     `hour` DateTime('UTC'),
@@ -493,6 +493,7 @@ CREATE TABLE sevents.heartbeat_hours
     `scale_set` SimpleAggregateFunction(anyLast, String),
     `fault_domain` SimpleAggregateFunction(anyLast, Nullable(UInt16)),
     `heartbeats` AggregateFunction(uniqExact, String),
+    `heartbeat_minutes` SimpleAggregateFunction(groupBitOr, UInt64),
     `last_at` SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
     `max_outbox_depth` SimpleAggregateFunction(max, UInt64),
     `failed_poll` SimpleAggregateFunction(max, UInt8)
@@ -504,7 +505,7 @@ TTL hour + toIntervalDay(400)
 SETTINGS index_granularity = 8192;
 
 -- heartbeat_hours_mv: keeps heartbeat_hours from every heartbeat inserted (materialized view, last defined by
---   0006_rollups)
+--   0020_heartbeat_minutes)
 CREATE MATERIALIZED VIEW sevents.heartbeat_hours_mv TO sevents.heartbeat_hours
 (
     `hour` DateTime('UTC'),
@@ -514,7 +515,7 @@ CREATE MATERIALIZED VIEW sevents.heartbeat_hours_mv TO sevents.heartbeat_hours
     `location` String,
     `scale_set` String,
     `fault_domain` Nullable(UInt16),
-    `heartbeats` AggregateFunction(uniqExact, String),
+    `heartbeat_minutes` UInt64,
     `last_at` DateTime64(3, 'UTC'),
     `max_outbox_depth` UInt64,
     `failed_poll` UInt8
@@ -527,7 +528,7 @@ AS SELECT
     anyLast(toString(location)) AS location,
     anyLast(toString(scale_set)) AS scale_set,
     anyLast(fault_domain) AS fault_domain,
-    uniqExactState(heartbeat_id) AS heartbeats,
+    groupBitOr(bitShiftLeft(toUInt64(1), toMinute(observed_at))) AS heartbeat_minutes,
     max(observed_at) AS last_at,
     max(outbox_depth) AS max_outbox_depth,
     max(toUInt8(NOT last_poll_ok)) AS failed_poll

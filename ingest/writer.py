@@ -419,8 +419,8 @@ class Writer:
 
     def _missing_from_rollup(self, rows: pa.Table) -> set[str]:
         """The heartbeats of ``rows`` whose hour of their VM is not in the hourly rollup, or is there with only
-        earlier heartbeats: what a lost insert would leave. (The rollup keeps a set of heartbeat ids per hour,
-        which cannot be looked into; its latest time per hour can.)"""
+        earlier heartbeats: what a lost insert would leave. (The rollup keeps which minutes of an hour had a
+        heartbeat, not which heartbeats; its latest time per hour tells.)"""
         ids = rows.column("heartbeat_id").to_pylist()
         vms = rows.column("vm_id").cast(pa.string()).to_pylist()
         stamps = pc.cast(rows.column("observed_at"), pa.int64()).to_pylist()  # milliseconds since the epoch

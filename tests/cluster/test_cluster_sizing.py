@@ -23,6 +23,7 @@ def test_sizing_measures_every_table_and_scales_each_fleet_from_it(tmp_path: Pat
     measured = result["measured"]
     assert measured["heartbeats"]["rows"] == 100 * 1440  # a day of minute heartbeats
     assert measured["heartbeats_latest"]["rows"] == 100
+    assert measured["heartbeat_hours"]["bytes_per_row"] < 100  # a bit per minute, not a hash per heartbeat (0020)
     assert all(cost["bytes_per_row"] > 0 for cost in result["costs"].values())
     small, medium, large = result["fleets"]
     assert (small["vms"], medium["vms"], large["vms"]) == (20_000, 100_000, 1_000_000)

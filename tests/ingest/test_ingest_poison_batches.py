@@ -103,7 +103,7 @@ def monthly_lifecycles(now: datetime, months: int) -> list[dict[str, Any]]:
 def rollup_hours(ch: Any, db: str) -> dict[datetime, int]:
     """The hourly rollup of the VM: hour -> heartbeats counted in it."""
     rows = ch.query(
-        f"SELECT toUnixTimestamp(hour), uniqExactMerge(heartbeats) FROM {db}.heartbeat_hours "
+        f"SELECT toUnixTimestamp(hour), bitCount(groupBitOr(heartbeat_minutes)) FROM {db}.heartbeat_hours "
         "WHERE vm_id = {vm:String} GROUP BY hour",
         parameters={"vm": VM},
     ).result_rows
