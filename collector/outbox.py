@@ -49,6 +49,11 @@ DEFAULT_MAX_BYTES: Final = 64 * 2**20
 DEFAULT_RESERVE_BYTES: Final = 256 * 1024  # free space left on the filesystem for SQLite's own needs
 WAL_LIMIT: Final = 16 * 1024
 BUSY_TIMEOUT_S: Final = 30.0
+# SQLite's page cache (its default: 2 MiB). Rows are appended and read in order, so a small cache costs a
+# re-read from the OS's cache now and then, where the default grows to 2 MiB of the collector's 34 MiB budget.
+CACHE_KIB: Final = 256
+# Rows encoded and inserted at a time: a commit of 1,000 transitions does not hold all their payloads at once.
+INSERT_CHUNK: Final = 100
 
 DROP_HEARTBEAT_EVICTED: Final = "heartbeat_evicted"
 DROP_HEARTBEAT_REJECTED: Final = "heartbeat_rejected"
@@ -118,6 +123,7 @@ class Outbox:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             self._db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
+            self._db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
             with self._transaction():
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     self._db.execute(statement)
@@ -171,7 +177,7 @@ class Outbox:
     def _commit(self, records: Sequence[Mapping[str, Any]], snapshot: str | None) -> list[int]:
         free = self._free_bytes()
         with self._transaction() as db:
-            last_seq = _counter(db, "last_seq")
+            last_seq = stored_before = _counter(db, "last_seq")
             used = _counter(db, "payload_bytes")
             # Pages, indexes and WAL beyond the payload count against the cap as well: that is the disk used.
             overhead = max(0, self._live_bytes(db) - used)
@@ -185,7 +191,7 @@ class Outbox:
                 record_type = str(record.get("record_type", ""))
                 if used + len(payload) > cap:
                     # Evicted pages are reused by SQLite, so they count as room under both limits.
-                    used -= _evict_heartbeats(db, used + len(payload) - cap)
+                    used -= _evict_heartbeats(db, used + len(payload) - cap, stored_before)
                 if used + len(payload) > cap:
                     if record_type != RECORD_HEARTBEAT:
                         raise OutboxFull(
@@ -205,7 +211,9 @@ class Outbox:
                     last_seq += 1
                     used += len(original)
                     rows.append((last_seq, RECORD_ORIGINAL, original))
-            db.executemany("INSERT INTO records (seq, record_type, payload) VALUES (?, ?, ?)", rows)
+                if len(rows) >= INSERT_CHUNK:
+                    _insert(db, rows)
+            _insert(db, rows)
             db.execute("UPDATE counters SET value = ? WHERE name = 'last_seq'", (last_seq,))
             db.execute("UPDATE counters SET value = ? WHERE name = 'payload_bytes'", (used,))
             if rejected:
@@ -335,6 +343,12 @@ def _file_size(path: Path) -> int:
         return 0
 
 
+def _insert(db: sqlite3.Connection, rows: list[tuple[int, str, bytes]]) -> None:
+    """Insert ``rows`` and empty the list (a refused commit rolls the whole transaction back)."""
+    db.executemany("INSERT INTO records (seq, record_type, payload) VALUES (?, ?, ?)", rows)
+    rows.clear()
+
+
 def _counter(db: sqlite3.Connection, name: str) -> int:
     return int(db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()[0])
 
@@ -347,12 +361,16 @@ def _add_drop(db: sqlite3.Connection, reason: str, count: int) -> None:
     )
 
 
-def _evict_heartbeats(db: sqlite3.Connection, need: int) -> int:
-    """Delete the oldest heartbeats until ``need`` payload bytes are free (or none is left); bytes freed."""
+def _evict_heartbeats(db: sqlite3.Connection, need: int, up_to_seq: int) -> int:
+    """Delete the oldest heartbeats until ``need`` payload bytes are free (or none is left); bytes freed.
+
+    Only those up to ``up_to_seq``: a commit inserting in chunks never evicts a heartbeat of its own.
+    """
     freed = 0
     evicted: list[int] = []
     rows = db.execute(
-        "SELECT seq, length(payload) FROM records WHERE record_type = ? ORDER BY seq", (RECORD_HEARTBEAT,)
+        "SELECT seq, length(payload) FROM records WHERE record_type = ? AND seq <= ? ORDER BY seq",
+        (RECORD_HEARTBEAT, up_to_seq),
     )
     for seq, size in rows:
         if freed >= need:

@@ -3,6 +3,7 @@
 Each Scheduled Events request takes the next answer; once the sequence is spent, the last good document is
 served. Instance metadata is always good except for a lone surrogate in the VM name. The answers come from
 ``answers(seed, count)``; ``expected_ids`` replays what a collector can know from them through the pure core.
+``largest_document`` is the other extreme: a legal document as large as the collector reads.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import random
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -48,6 +51,32 @@ class Answer:
 
 def document(incarnation: int, events: list[dict[str, Any]]) -> bytes:
     return json.dumps({"DocumentIncarnation": incarnation, "Events": events}).encode()
+
+
+def largest_document(incarnation: int, status: str, count: int = 1_000) -> bytes:
+    """``count`` events in ``status``, every field of 2020-07-01, in IMDS's compact JSON: 1,000 Scheduled
+    events come to 255.7 KiB, just under the collector's body cap (every field does not leave room for
+    descriptions). The same EventIds whatever the status, so a second document moves each event on."""
+    rng = random.Random(count)
+    events = []
+    for i in range(count):
+        kind = ("Reboot", "Freeze", "Redeploy")[i % 3]
+        events.append(
+            {
+                "EventId": str(uuid.UUID(int=rng.getrandbits(128))),
+                "EventType": kind,
+                "ResourceType": "VirtualMachine",
+                "Resources": [f"vm{i % 40}", f"vm{(i + 20) % 40}"][: 1 + (i % 4 == 0)],
+                "EventStatus": status,
+                "NotBefore": "" if status == "Started" else formatdate(1_790_000_000 + 60 * i, usegmt=True),
+                "Description": "",
+                "EventSource": "Platform",
+                "DurationInSeconds": 9 if kind == "Freeze" else -1,
+            }
+        )
+    body = json.dumps({"DocumentIncarnation": incarnation, "Events": events}, separators=(",", ":")).encode()
+    assert len(body) <= DEFAULT_MAX_BYTES, f"{len(body)} bytes: over the collector's body cap"
+    return body
 
 
 def hostile(rng: random.Random, incarnation: int, events: list[dict[str, Any]]) -> Answer:

@@ -113,6 +113,17 @@ def test_heartbeats_give_way_first(tmp_path: Path) -> None:
         assert remaining == [f"h{n}" for n in range(6 - len(remaining), 6)]
 
 
+def test_a_commit_never_evicts_its_own_heartbeat(tmp_path: Path) -> None:
+    """Rows go in by chunks, yet eviction sees only the rows stored before the commit: a heartbeat handed a seq
+    by this commit is never deleted by it, so transitions that fit only that way are refused (OutboxFull)."""
+    with Outbox(tmp_path / "o.sqlite", max_bytes=200_000) as outbox:
+        outbox.commit([heartbeat(0, pad=20_000)], None)
+        with pytest.raises(OutboxFull):
+            outbox.commit([heartbeat(1, pad=40_000)] + [transition(n, pad=1_000) for n in range(130)], "S")
+        assert [r.seq for r in outbox.pending()] == [1]
+        assert outbox.drops() == {}
+
+
 def test_transition_never_dropped_silently(tmp_path: Path) -> None:
     """Transitions that do not fit raise OutboxFull and leave records and snapshot exactly as they were."""
     with Outbox(tmp_path / "o.sqlite", max_bytes=200_000) as outbox:
