@@ -162,6 +162,20 @@ class Agent:
         self._approve(stop)
         return committed
 
+    def downtimes_held(self) -> int:
+        """How many measured downtimes wait for a poll to store them."""
+        return len(self._ledger.held())
+
+    def store_downtimes(self) -> list[dict[str, Any]]:
+        """Commit the downtimes held without reading IMDS (a stop whose last poll could not): ``read_at`` null, the
+        event Started across each told from the last committed snapshot alone. The records stored with their seq;
+        empty when none were held or the outbox refused them (deferred, as a poll's)."""
+        downtimes = self._ledger.held()
+        if not downtimes:
+            return []
+        vm = self.instance.identity
+        return self._commit(self._snapshot, (), self.client.api_version, downtimes, vm, None)
+
     def _baseline(self, vm: VmIdentity) -> tuple[Snapshot, list[dict[str, Any]]]:
         """The snapshot to diff against, and the records that close the previous identity's if it was another VM.
 
@@ -215,11 +229,11 @@ class Agent:
         api_version: str,
         downtimes: Sequence[Downtime],
         vm: VmIdentity,
-        read_at: datetime,
+        read_at: datetime | None,
         farewell: Sequence[dict[str, Any]] = (),
     ) -> list[dict[str, Any]]:
-        """Store what earlier polls could not, then this poll's records (read at ``read_at``), with the snapshot,
-        in one transaction; then tell who listens (``Parts.on_commit``)."""
+        """Store what earlier polls could not, then this poll's records (read at ``read_at``; None: no read, only
+        downtimes), with the snapshot, in one transaction; then tell who listens (``Parts.on_commit``)."""
         records = [*farewell]
         records += [
             transition_record(t, vm, api_version=api_version, collector_version=COLLECTOR_VERSION) for t in transitions
@@ -238,6 +252,8 @@ class Agent:
         assert len(batch) == len(seqs), "the outbox returns one seq per record"
         _trace_commits(batch, seqs, began)
         self._stored(snapshot, vm)
+        if read_at is not None:  # without a read, no poll succeeded: the heartbeat must not say one did
+            self.health.ok()
         self._report(transitions)
         for listener in self._on_commit:
             listener(batch)
@@ -251,7 +267,6 @@ class Agent:
         self._recorded_as = vm
         self._ledger.committed(self._clock(), snapshot)
         self._pending.stored(snapshot)
-        self.health.ok()
         self._show_figures()
 
     def _report(self, transitions: Sequence[Transition]) -> None:

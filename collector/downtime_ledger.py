@@ -69,11 +69,12 @@ class DowntimeLedger:
         fallback: Snapshot,
         vm: VmIdentity,
         api_version: str,
-        read_at: datetime,
+        read_at: datetime | None,
     ) -> list[dict[str, Any]]:
         """The impact records of ``downtimes`` (handed to a commit: no longer held), each with the event of this VM
-        Started across it (or none); ``after`` is the snapshot diffed after them (IMDS read at ``read_at``),
-        ``fallback`` the one to compare with when no commit is known from before one began."""
+        Started across it (or none); ``after`` is the snapshot diffed after them (IMDS read at ``read_at``; None: no
+        read after them, ``after`` is the last one committed), ``fallback`` the one to compare with when no commit
+        is known from before one began."""
         with self._lock:
             self._held = [d for d in self._held if d not in downtimes]
         out = []

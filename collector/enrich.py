@@ -79,12 +79,13 @@ def impact_record(
     event: Event | None,
     vm: VmIdentity,
     *,
-    read_at: datetime,
+    read_at: datetime | None,
     api_version: str,
     collector_version: str,
 ) -> Record:
     """The wire record of one downtime ``vm`` measured on itself, with the event it belongs to (None: unannounced),
-    stored by the poll that read IMDS at ``read_at``: the collector's first read after the downtime."""
+    stored by the poll that read IMDS at ``read_at``: the collector's first read after the downtime (None: stored
+    at a stop that could not read IMDS)."""
     began_at = records.format_time(downtime.began_at)
     record_id = records.impact_id(vm.vm_id, downtime.detected_by, began_at)
     observation = {
@@ -94,7 +95,7 @@ def impact_record(
         "duration_ms": downtime.duration_ms,
         "event_id": "" if event is None else event.event_id,
         "event_type": "" if event is None else event.event_type,
-        "read_at": records.format_time(read_at),
+        "read_at": None if read_at is None else records.format_time(read_at),
     }
     return _chain(
         observation,

@@ -129,9 +129,12 @@ class Ticker:
         alive.beat(self._clock())
 
     def run(self, stop: threading.Event) -> None:
-        """Tick until ``stop``; then store the last moment alive one more time."""
+        """Tick until ``stop``, then once more: a pause the stop came at the end of is found too (the stop that
+        wakes this wait may come before its timeout), and the last moment alive is stored one more time."""
         last = self._counting()
-        while not stop.wait(self.period_s):
+        stopping = False
+        while not stopping:
+            stopping = stop.wait(self.period_s)
             now_counting, now = self._counting(), self._clock()
             found = pause(now, now_counting - last, pause_min_s=self.pause_min_s)
             last = now_counting
@@ -144,6 +147,3 @@ class Ticker:
             with self._lock:
                 if self._alive is not None:
                     self._alive.beat(now)
-        with self._lock:
-            if self._alive is not None:
-                self._alive.beat(self._clock())

@@ -2,7 +2,8 @@
 
 ``Collector.run(stop)`` polls every ``poll_interval`` with a heartbeat every ``heartbeat_interval`` until
 ``stop``, while workers refresh the instance metadata, ship the outbox, post to the webhook, act on approvals
-and tick (pauses, the alive file). ``flush(timeout)`` ships what is pending; ``shutdown(timeout)`` drains for
+and tick (pauses, the alive file). A clean stop stores the downtimes measured since the last poll, then writes
+the final heartbeat. ``flush(timeout)`` ships what is pending; ``shutdown(timeout)`` drains for
 up to ``timeout`` and releases every part; both return the rows left. ``collector.wiring.build_agent`` builds it;
 the demo runs dozens in one process, ``sevents-collector run`` one.
 """
@@ -96,10 +97,12 @@ class Collector:
 
     # -- the loop ----------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        """Poll and beat until ``stop`` (or a worker fails: raised here); then drain for ``drain_timeout``."""
+        """Poll and beat until ``stop`` (or a worker fails: raised here); on a clean stop, store the downtimes
+        measured since the last poll and beat a final time; then drain for ``drain_timeout``."""
         shipper_stop = threading.Event()
         failure: list[BaseException] = []
-        threads = self._start_workers(stop, shipper_stop, failure)
+        ticking = _start(self._ticker.run, stop, "collector-ticker")
+        threads = [ticking, *self._start_workers(stop, shipper_stop, failure)]
         log.info(
             "collector started",
             extra={
@@ -111,6 +114,8 @@ class Collector:
         try:
             self._loop(stop)
             if not failure:  # a clean stop (signal): say so before the drain below ships it
+                ticking.join(timeout=JOIN_S)  # its last tick finds a pause the stop came at the end of
+                self._store_downtimes()
                 self.agent.heartbeat(final=True)
         finally:
             shipper_stop.set()
@@ -161,6 +166,26 @@ class Collector:
             log.exception("poll failed unexpectedly")
         return True
 
+    def _store_downtimes(self) -> None:
+        """Store the downtimes no poll has stored yet, which the process would take with it: by one more poll, for
+        a real read after them (its moment, the event Started across them), or without a read if it fails.
+
+        ``stop`` would end that poll at once, so it runs under its own bound: ``request_timeout``, the time IMDS
+        has to answer, whatever the client's first-call timeout and retry deadline would allow."""
+        held = self.agent.downtimes_held()
+        if not held:
+            return
+        bound = threading.Event()
+        timer = threading.Timer(self.settings.request_timeout, bound.set)
+        timer.daemon = True
+        timer.start()
+        try:
+            read = self._poll_guarded(bound) and self.health.last_poll_ok
+        finally:
+            timer.cancel()
+        if read or self.agent.store_downtimes():  # a refused commit is logged as such by the agent
+            log.info("downtime stored at stop", extra={"downtimes": held, "read_imds": read})
+
     def _heartbeat_guarded(self) -> None:
         try:
             self.agent.heartbeat()
@@ -177,7 +202,6 @@ class Collector:
             workers.append(_start(self._webhook.run, shipper_stop, "collector-webhook"))
         if self._approver is not None and self._approver.policy.enabled:
             workers.append(_start(self._approver.run, stop, "collector-approver"))
-        workers.append(_start(self._ticker.run, stop, "collector-ticker"))
         shipper = self._shipper
         if shipper is None:
             return workers

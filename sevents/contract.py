@@ -168,7 +168,7 @@ IMPACT: Final = (
         nullable=True,
         default=None,
         doc="the collector's first read of IMDS after the downtime (the poll that stored this record); "
-        "absent from earlier collectors",
+        "absent from earlier collectors, null when a stop stored it without a read",
     ),
 )
 

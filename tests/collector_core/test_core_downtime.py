@@ -155,3 +155,17 @@ def test_the_ticker_reports_a_jump_of_its_clock_as_a_pause() -> None:
     thread.join(10)
     assert [(d.detected_by, d.duration_ms, d.ended_at) for d in seen] == [(PAUSE, 6000, at(100))]
     assert seen[0].began_at == at(100) - timedelta(seconds=6)
+
+
+def test_the_tickers_last_tick_at_the_stop_reports_a_pause_the_stop_came_at_the_end_of() -> None:
+    """A stop that wakes the ticker as the VM runs again (its wait for the next tick would have timed out) still
+    finds the pause: the ticker ticks once more after the stop."""
+    readings = iter([0.0, 6.0])
+    seen: list[Downtime] = []
+    stop = threading.Event()
+    stop.set()
+    ticker = Ticker(
+        period_s=3600.0, pause_min_s=1.5, clock=lambda: at(100), counting=lambda: next(readings), on_pause=seen.append
+    )
+    ticker.run(stop)
+    assert [(d.detected_by, d.duration_ms, d.ended_at) for d in seen] == [(PAUSE, 6000, at(100))]
