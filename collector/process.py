@@ -180,11 +180,12 @@ class Collector:
         timer.daemon = True
         timer.start()
         try:
-            read = self._poll_guarded(bound) and self.health.last_poll_ok
+            self._poll_guarded(bound)
         finally:
             timer.cancel()
-        if read or self.agent.store_downtimes():  # a refused commit is logged as such by the agent
-            log.info("downtime stored at stop", extra={"downtimes": held, "read_imds": read})
+        unread = self.agent.downtimes_held()  # what that poll did not store: no answer in time, or none decoded
+        if not unread or self.agent.store_downtimes():  # a refused commit is logged as such by the agent
+            log.info("downtime stored at stop", extra={"downtimes": held, "read_imds": not unread})
 
     def _heartbeat_guarded(self) -> None:
         try:
