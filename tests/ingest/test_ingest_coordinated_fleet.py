@@ -102,7 +102,9 @@ def test_three_vms_with_hooks_of_1_3_5_s_are_approved_once_the_last_hook_succeed
     assert how == "maintenance" and acked_vm in VMS
     ready = {r["vm_name"]: r for r in rows if r["decision"] == "ready"}
     assert sorted(ready) == list(VMS)
-    assert [round(ready[vm]["hook_ms"] / 1000) for vm in VMS] == [1, 3, 5]
+    # each hook took at least its sleep; how much longer (its interpreter's start) is the machine's load, not ours
+    took = [ready[vm]["hook_ms"] / 1000 for vm in VMS]
+    assert took == sorted(took) and all(t >= slept for t, slept in zip(took, (1, 3, 5), strict=True))
     last_ready = max(_at(r["decided_at"]) for r in ready.values())
     assert acked_at > last_ready  # after the last hook succeeded, and not before
     (ours,) = [r for r in rows if r["vm_name"] == "coordinator-demo"]
