@@ -19,7 +19,7 @@ ORDER BY version
 SETTINGS index_granularity = 8192;
 
 -- transitions: every transition any collector observed, raw event fields and the observer's identity; deduplicated by
---   transition_id, read with FINAL (table, last defined by 0001_transitions)
+--   transition_id, read with FINAL (table, last defined by 0021_event_id_bloom)
 CREATE TABLE sevents.transitions
 (
     `transition_id` String,
@@ -58,7 +58,7 @@ CREATE TABLE sevents.transitions
     `anomaly` String,
     `source_position` String DEFAULT '',
     `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3),
-    INDEX event_id_idx event_id TYPE bloom_filter GRANULARITY 4
+    INDEX event_id_idx event_id TYPE bloom_filter(0.001) GRANULARITY 1
 )
 ENGINE = ReplacingMergeTree(ingested_at)
 PARTITION BY toYYYYMM(observed_at)
