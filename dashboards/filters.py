@@ -3,7 +3,8 @@
 Each filter is wrapped in ``$__conditionalAll`` so that "All" costs nothing (the plugin turns it into
 ``1=1``) and events seen by no VM of the fleet still show. VM attributes (subscription, location, scale
 set, fault domain, name) filter on the VMs an event *affects* (``affects_this_vm``), so picking a VM shows
-the maintenance that hits it, not everything its availability set was told about.
+the maintenance that hits it, not everything its availability set was told about; chosen together they
+describe one VM (a fault domain of a set), in one subquery whatever the number chosen.
 
 Option values come from data any sender can write, and a URL can carry any value: every variable reaches SQL
 ``percentencode``d inside one string literal that ClickHouse decodes (``selected``), never pasted as written.
@@ -71,23 +72,27 @@ def event_type_filter() -> str:
     return _any("event_type", "event_type")
 
 
-def _affected(column: str, variable: str, since: str) -> str:
+def _affected(since: str) -> str:
+    """The events that affect a VM matching every VM variable chosen (one subquery for all of them: each chosen
+    variable is a condition on the same row, so set and fault domain chosen together mean that domain of that set).
+    With every one on All the subquery is never run: the first term is ``1=1 AND ...``, which ClickHouse folds
+    to true before it builds the subquery's set."""
+    everything = " AND ".join(f"$__conditionalAll(0, ${name})" for name, _, _ in VM_VARIABLES)
+    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
     # time-ordered transitions from `since` on: the cost follows the range, not the history
     return (
-        f"$__conditionalAll(event_id IN (SELECT event_id FROM {DB}.transitions_by_time "
-        f"WHERE observed_at >= {since} AND affects_this_vm AND {column} IN ({selected(variable)})), ${variable})"
+        f"(({everything}) OR event_id IN (SELECT event_id FROM {DB}.transitions_by_time "
+        f"WHERE observed_at >= {since} AND affects_this_vm AND {chosen}))"
     )
 
 
 def event_filter(since: str = "$__fromTime") -> str:
-    """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes.
+    """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes (``_affected``).
 
     ``since`` bounds the search for affected VMs; it must reach back to the first observation of every event
     the panel can show (the range's start minus the lookback for ranges, or the lookback for active events).
     """
-    bound = f"{since} - INTERVAL {LOOKBACK_DAYS} DAY"
-    vm_parts = [_affected(column, name, bound) for name, _, column in VM_VARIABLES]
-    return " AND ".join([event_type_filter(), *vm_parts])
+    return f"{event_type_filter()} AND {_affected(f'{since} - INTERVAL {LOOKBACK_DAYS} DAY')}"
 
 
 def active_event_filter() -> str:

@@ -1,0 +1,60 @@
+"""The VM variables filter events together: an event is shown when one VM it affects matches every VM variable
+chosen (``filters.event_filter``), so a scale set and a fault domain chosen together mean that fault domain of
+that set, not any VM of the set and any VM of the domain anywhere in the fleet."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from dashboards.filters import DB, VM_VARIABLES
+from dashboards.templating import Selection
+from demo import synthetic
+from ingest.handler import Handler
+from ingest.migrate import Target, migrate
+from ingest.writer import Writer
+from tests.dashboards.conftest import Engine
+from tests.dashboards.dash_helpers import all_of, context, panel, run
+from tests.ingest.conftest import deliveries
+
+# E-1 affects vm 1 (set S1, fault domain 1) and vm 3 (set S2, fault domain 0); E-2 affects vm 6 (S1, fault domain 0)
+AFFECTED = (("E-1", 1, "S1"), ("E-1", 3, "S2"), ("E-2", 6, "S1"))
+OPTIONS = {
+    "subscription": (synthetic.vm(0)["subscription_id"],),
+    "location": ("westeurope",),
+    "scale_set": ("S1", "S2"),
+    "fault_domain": ("0", "1", "2"),
+    "vm": tuple(synthetic.vm(i)["vm_name"] for _, i, _ in AFFECTED),
+}
+
+
+def _shown(ch: Any, db: str, **chosen: str) -> set[str]:
+    """The EventIds the timeline's Events panel shows with ``chosen`` (variable -> one value), the rest All."""
+    variables = {name: all_of(OPTIONS[name]) for name, _, _ in VM_VARIABLES}
+    variables |= {name: Selection(values=(value,), options=OPTIONS[name]) for name, value in chosen.items()}
+    variables["event_type"] = all_of(("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"))
+    variables["event_id"] = Selection(values=("",), multi=False)
+    sql = panel("sevents-timeline", "Events").sql.replace(f"{DB}.", f"{db}.")
+    at = synthetic.BASE_TIME
+    rows = run(ch, sql, variables, context(at - timedelta(hours=1), at + timedelta(hours=1))).dicts()
+    return {str(row["event_id"]) for row in rows}
+
+
+def test_set_and_fault_domain_chosen_together_mean_that_domain_of_that_set(engine: Engine) -> None:
+    ch, db = engine.client, "vmf_" + uuid.uuid4().hex[:10]
+    migrate(ch, Target(database=db))
+    records = []
+    for event_id, vm_index, scale_set in AFFECTED:
+        record = synthetic.transition(vm_index=vm_index, event_id=event_id)
+        records.append({**record, "scale_set": scale_set})
+    Handler(Writer(ch, db), source="test", stop=threading.Event())(deliveries(records))
+
+    assert _shown(ch, db) == {"E-1", "E-2"}
+    assert _shown(ch, db, scale_set="S1", fault_domain="0") == {"E-2"}  # E-1's VM in domain 0 is in S2
+    assert _shown(ch, db, scale_set="S1") == {"E-1", "E-2"}
+    assert _shown(ch, db, fault_domain="0") == {"E-1", "E-2"}
+    assert _shown(ch, db, scale_set="S2", fault_domain="1") == set()
+    assert _shown(ch, db, vm=synthetic.vm(3)["vm_name"], scale_set="S2") == {"E-1"}
+    assert _shown(ch, db, subscription="00000000-0000-0000-0000-000000000000") == set()
