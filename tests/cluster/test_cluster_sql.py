@@ -66,7 +66,7 @@ BY_VM = {
 NOW = datetime.now(UTC).replace(microsecond=0)
 GLOBAL = {"distributed_product_mode": "global"}
 QUIET_VIEWS = {"retired_vms"}  # views the test fleet leaves empty
-CLOCK_COLUMN = re.compile(r"(?i)^(silent_for_s|silent_s)$")  # seconds since the last heartbeat, now64()
+CLOCK_COLUMN = re.compile(r"(?i)^(silent_for_s|silent_s|age_s)$")  # seconds since the last heartbeat, now64()
 
 
 def on_local_shards(statement: str) -> str:
