@@ -47,7 +47,7 @@ DECISIONS_WHERE = f"$__timeFilter(decided_at) AND {f.event_type_filter()} AND {f
 EVENTS = f.since(f.OVERLAPPING_IDS, "events")
 TYPE_SOURCE = "concat(event_type, ' / ', ifNull(event_source, 'unknown'))"
 # per (event, observing VM): the user-initiated events' waits are per affected VM (ingest.queries.USER_WAITS)
-USER_EVENTS = f.since(f.USER_IDS, "event_vms_since")
+USER_EVENTS = f.since(f.USER_IDS, "event_vm_lifecycles")
 
 
 def panels() -> list[g.Panel | g.Row]:

@@ -138,8 +138,8 @@ UNDER_WAY_IDS: Final = event_sql.under_way_at(OVERLAPPING_IDS, "$__fromTime", f"
 
 # What a panel reads of events through ``since``, named whole so that a search for one finds every panel that
 # reads it (ingest/schema.sql shows them): ``events``, each event's stored lifecycle read now (one row per event),
-# and ``event_vms_since``, one row per (event, observing VM).
-SINCE_VIEWS: Final = ("events", "event_vms_since")
+# and ``event_vm_lifecycles``, each observing VM's (one row per event and VM).
+SINCE_VIEWS: Final = ("events", "event_vm_lifecycles")
 
 
 def since(ids: str, view: str, platform: str = "") -> str:
@@ -147,7 +147,7 @@ def since(ids: str, view: str, platform: str = "") -> str:
     condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
-    return event_sql.since(ids, view, f"{DB}.", rows_after=_rows_after(ids), platform=platform)
+    return event_sql.since(ids, view, f"{DB}.", platform=platform)
 
 
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
@@ -158,23 +158,18 @@ PLATFORM_OVERLAPPING: Final = (
 
 
 # No rollup row of an event a panel can show is older than its first observation, at most LOOKBACK_DAYS before
-# the event's last activity: before the range (or the active horizon, if earlier) by that much, or for the
-# active set, twice the horizon. The search for the events' first day reads no part older than that.
+# the event's last activity: before the range (or the active horizon, if earlier) by that much. The search for
+# the sets of the events hit reads no part older than that.
 RANGE_ROWS_AFTER: Final = f"least($__fromTime, now64(3) - INTERVAL {LOOKBACK_DAYS} DAY) - INTERVAL {LOOKBACK_DAYS} DAY"
-ACTIVE_ROWS_AFTER: Final = f"now64(3) - INTERVAL {2 * LOOKBACK_DAYS} DAY"
-
-
-def _rows_after(ids: str) -> str:
-    return ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER
 
 
 def scoped(ids: str) -> str:
-    """``event_vms_since`` like ``since`` (through ``event_sql.scoped``), each VM with its set: ``fault_set``,
+    """``event_vm_lifecycles`` like ``since`` (through ``event_sql.scoped``), each VM with its set: ``fault_set``,
     ``fault_set_id``, ``fault_domain_label``.
 
     Per-domain figures group by ``fault_set_id`` with the domain: FD 0 of two sets is two rows.
     """
-    return event_sql.scoped(ids, f"{DB}.", rows_after=_rows_after(ids))
+    return event_sql.scoped(ids, f"{DB}.")
 
 
 def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
@@ -188,7 +183,7 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 def event_sets(ids: str) -> str:
     """Per event: ``availability_set`` from ``events`` (through ``event_sql.event_sets``; join by ``event_id``;
     a row's set: scale_set, else that)."""
-    return event_sql.event_sets(ids, f"{DB}.", rows_after=_rows_after(ids))
+    return event_sql.event_sets(ids, f"{DB}.")
 
 
 def active() -> str:

@@ -38,7 +38,7 @@ SELECT v.event_id AS event_id, v.event_type AS event_type, v.vm_name AS vm_name,
        v.started_at AS started_at, v.ended_at AS ended_at, v.outcome AS outcome,
        v.observed_impact_s AS observed_impact_s, d.detected_by AS detected_by
 FROM """
-    + event_sql.scoped(event_sql.WINDOW_IDS, rows_after=event_sql.WINDOW_ROWS_AFTER)
+    + event_sql.scoped(event_sql.WINDOW_IDS)
     + """ AS v
 LEFT JOIN (
     -- how each VM measured its downtime for the event (pause, reboot); none began a day before the window
@@ -49,7 +49,7 @@ LEFT JOIN (
 ) AS d ON d.event_id = v.event_id AND d.vm_id = v.vm_id
 WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
-    + event_sql.since(event_sql.WINDOW_IDS, rows_after=event_sql.WINDOW_ROWS_AFTER)
+    + event_sql.since(event_sql.WINDOW_IDS)
     + """
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
 ORDER BY fault_set, fault_domain, vm_name, first_seen_at, event_id

@@ -83,7 +83,7 @@ def panels() -> list[g.Panel | g.Row]:
             f"SELECT time, {LANE} AS vm, state FROM (SELECT observed_at AS time, {LANE_COLUMNS}, {STATE} AS state "
             f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
             f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE_COLUMNS}, "
-            f"{at_start} AS state FROM {f.since(f.UNDER_WAY_IDS, 'event_vms_since')} WHERE {f.overlapping_range()} "
+            f"{at_start} AS state FROM {f.since(f.UNDER_WAY_IDS, 'event_vm_lifecycles')} WHERE {f.overlapping_range()} "
             f"AND first_seen_at < $__fromTime AND {lanes}) AS l INNER JOIN {f.event_sets(f.OVERLAPPING_IDS)} AS s "
             "USING (event_id) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,

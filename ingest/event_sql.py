@@ -22,7 +22,7 @@ WINDOW_IDS = (
     "SELECT event_id FROM event_rollup "
     "WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
-# No rollup row of an event active in the window is older than this (``rows_after`` of ``since``).
+# No rollup row of an event active in the window is older than this (``rows_after`` of ``hit_domains``).
 WINDOW_ROWS_AFTER = f"{{since:DateTime64(3, 'UTC')}} - INTERVAL {LOOKBACK_DAYS} DAY"
 ONE_ID = "SELECT {event_id:String}"
 
@@ -53,35 +53,22 @@ def rollup_rows(ids: str, bound: str) -> str:
     return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
 
 
-def since(
-    ids: str, view: str = "events", db: str = "", columns: str = "*", rows_after: str = "", platform: str = ""
-) -> str:
-    """The rows of ``events`` (each event's stored lifecycle read now) or ``event_vms_since`` (each observing VM's,
-    computed from the rollups) of the events ``ids`` selects, as a derived table: callers need not repeat
+def since(ids: str, view: str = "events", db: str = "", columns: str = "*", platform: str = "") -> str:
+    """The rows of ``events`` (each event's stored lifecycle read now) or ``event_vm_lifecycles`` (each observing
+    VM's, stored too, read now) of the events ``ids`` selects, as a derived table: callers need not repeat
     ``event_id IN (ids)``.
 
-    ``events`` is one stored row per event (migration 0017), read by EventId. ``event_vms_since`` is read from the
-    first day of those events on: the selection is evaluated once, as one scalar (the EventIds and the first day),
-    which both bounds the rollup parts read and filters the rows; ``rows_after`` is a time (SQL) before which no
-    rollup row of those events was written, so that the search for their first day skips older parts (empty
-    searches the whole history). ``db`` qualifies the names (``sevents.``) where the client's database is not the
-    sevents one (Grafana). ``platform`` (``events`` only): a condition on ``azure_scheduled_events`` whose events
-    are shown too, those only Azure's account has included (seen_by 'platform'; a lookup in a small table).
+    Both are stored rows keyed by EventId (migrations 0017 and 0022), read by it. ``db`` qualifies the names
+    (``sevents.``) where the client's database is not the sevents one (Grafana). ``platform`` (``events`` only): a
+    condition on ``azure_scheduled_events`` whose events are shown too, those only Azure's account has included
+    (seen_by 'platform'; a lookup in a small table).
     """
-    if view == "events":
-        shown = f"event_id IN ({ids})"
-        if platform:
-            shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
-        return f"(SELECT {columns} FROM {db}events WHERE {shown})"
-    if view != "event_vms_since" or platform:
-        raise ValueError(f"since() reads events or event_vms_since (platform: events only), not {view!r}")
-    picked = (
-        f"SELECT (groupUniqArray(event_id), toDate(min(first_seen_at))) FROM {db}event_rollup "
-        f"WHERE {rollup_rows(ids, rows_after)}"
-    )
-    return (
-        f"(WITH ({picked}) AS picked SELECT {columns} FROM {db}{view}(since_day = picked.2) WHERE event_id IN picked.1)"
-    )
+    if view not in ("events", "event_vm_lifecycles") or (platform and view != "events"):
+        raise ValueError(f"since() reads events or event_vm_lifecycles (platform: events only), not {view!r}")
+    shown = f"event_id IN ({ids})"
+    if platform:
+        shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
+    return f"(SELECT {columns} FROM {db}{view} WHERE {shown})"
 
 
 # Fault and update domain numbers mean something only inside one availability set or scale set, so every
@@ -119,13 +106,12 @@ def domain_label(fault_set: str, number: str, kind: str = "FD") -> str:
     return f"concat({fault_set}, ' / {kind} ', ifNull(toString({number}), '?'))"
 
 
-def scoped(ids: str, db: str = "", rows_after: str = "") -> str:
-    """``event_vms_since`` of the events ``ids`` selects (like ``since``), each VM with the set its domains belong to.
+def scoped(ids: str, db: str = "") -> str:
+    """``event_vm_lifecycles`` of the events ``ids`` selects (like ``since``), each VM with its domains' set.
 
     Adds ``fault_set`` (label), ``fault_set_id`` (identity: group by it), ``fault_domain_label`` and
     ``update_domain_label`` (``web / FD 1``, ``web / UD 3``). The set is computed over every observing VM of
-    the event before the caller filters rows, so picking one VM leaves its set's label unchanged. ``rows_after``
-    as for ``since``.
+    the event before the caller filters rows, so picking one VM leaves its set's label unchanged.
     """
     # the availability set (or standalone VM) of the event: its VMs outside scale sets (a collector without its
     # identity yet reports no name: left out)
@@ -133,7 +119,7 @@ def scoped(ids: str, db: str = "", rows_after: str = "") -> str:
     window = (
         f"SELECT *, minIf(vm_name, {outside}) OVER w AS {SET_FIRST}, maxIf(vm_name, {outside}) OVER w AS {SET_LAST}, "
         f"minIf(vm_id, {outside}) OVER w AS {SET_KEY} "
-        f"FROM {since(ids, 'event_vms_since', db, rows_after=rows_after)} WINDOW w AS (PARTITION BY event_id)"
+        f"FROM {since(ids, 'event_vm_lifecycles', db)} WINDOW w AS (PARTITION BY event_id)"
     )
     return (
         f"(SELECT * EXCEPT ({SET_FIRST}, {SET_LAST}, {SET_KEY}), "
@@ -153,7 +139,8 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     ``domain_label``, identity ``fault_set_id`` (group by it and ``domain_``): the set comes from the event's own
     rollup row (its VMs outside scale sets, as ``scoped`` finds them), so the cost follows the downtime shown,
     not the event's VMs. ``keys`` are more grouping expressions over impact rows (``expr AS alias``).
-    ``rows_after`` bounds the search for the events' rollup rows as for ``since``.
+    ``rows_after`` is a time (SQL) before which no rollup row of those events was written, so that the search for
+    their sets skips older parts (empty searches the whole history).
     """
     extra = "".join(f", {key}" for key in keys)
     aliases = "".join(f", {key.rsplit(' AS ', 1)[1]}" for key in keys)
@@ -182,10 +169,10 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     )
 
 
-def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
+def event_sets(ids: str, db: str = "") -> str:
     """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
 
     For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
     is ``if(scale_set != '', scale_set, availability_set)``. The events' lifecycle holds it (migration 0009).
     """
-    return since(ids, "events", db, "event_id, availability_set", rows_after)
+    return since(ids, "events", db, "event_id, availability_set")

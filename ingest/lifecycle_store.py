@@ -1,13 +1,16 @@
-"""Keeps each event's stored lifecycle current (``event_history``, migration 0017).
+"""Keeps each event's stored lifecycle current (``event_history``, migration 0017), and each observing VM's
+(``event_vm_history``, migration 0022).
 
 Whatever stores evidence of an event (a collector's transitions, downtime or approvals, Azure's account of it)
 calls ``refresh`` with the events it touched once ClickHouse confirmed the rows and before the batch is
-acknowledged: each is computed again from all its evidence (``event_evidence_since``) and written as one row. A
-crash in between leaves the batch unacknowledged, so it is delivered again and the refresh runs then.
+acknowledged: each is computed again from all its evidence (``event_evidence_since``) and written as one row, after
+a row per observing VM (``event_vm_evidence_since``). A crash in between leaves the batch unacknowledged, so it is
+delivered again and the refresh runs then.
 
 The newest computation wins (``computed_at`` is the server's clock when it read): two workers refreshing one
 event at once each read after their own rows were stored, so the later read saw both. What changes with time
-alone (a holder's silence, the 30-day horizon) is not stored; the ``events`` view looks it up when read.
+alone (a holder's silence, the 30-day horizon) is not stored; ``events`` and ``event_vm_lifecycles`` look it up
+when read.
 """
 
 # The SQL is a constant of this module; every value is bound server-side.
@@ -39,6 +42,19 @@ WHERE event_id IN {{ids:Array(String)}}
 _ALL: Final = """
 INSERT INTO {db}.event_history
 SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = toDate('1970-01-01'))
+"""
+
+# Each observing VM's row of the events (migration 0022), written before the event's own: event_history's
+# computed_at is what says an event is refreshed (``stale``), so a crash between the two leaves it stale.
+_REFRESH_VMS: Final = """
+INSERT INTO {db}.event_vm_history
+SELECT *, now64(6) AS computed_at FROM {db}.event_vm_evidence_since(since_day = {{day:Date}})
+WHERE event_id IN {{ids:Array(String)}}
+"""
+
+_ALL_VMS: Final = """
+INSERT INTO {db}.event_vm_history
+SELECT *, now64(6) AS computed_at FROM {db}.event_vm_evidence_since(since_day = toDate('1970-01-01'))
 """
 
 # The marks: event_rollup.stored_at for transitions, event_refresh_queue for impacts and approvals (migration
@@ -91,7 +107,8 @@ def refresh(client: Any, database: str, event_ids: Iterable[str], settings: Mapp
     for start in range(0, len(ids), CHUNK):
         chunk = {"ids": ids[start : start + CHUNK]}
         day = client.query(_FIRST_DAY.format(db=database), parameters=chunk, settings=options).result_rows[0][0]
-        client.command(_REFRESH.format(db=database), parameters={**chunk, "day": day}, settings=options)
+        for statement in (_REFRESH_VMS, _REFRESH):
+            client.command(statement.format(db=database), parameters={**chunk, "day": day}, settings=options)
     return len(ids)
 
 
@@ -104,4 +121,5 @@ def stale(client: Any, database: str, settings: Mapping[str, Any] | None = None)
 def refresh_all(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> None:
     """Compute every event of the history again (after loading rows by other means than the ingest)."""
     spill = {"max_bytes_before_external_group_by": 1_000_000_000}
-    client.command(_ALL.format(db=database), settings={**_SETTINGS, **spill, **dict(settings or {})})
+    for statement in (_ALL_VMS, _ALL):
+        client.command(statement.format(db=database), settings={**_SETTINGS, **spill, **dict(settings or {})})

@@ -45,13 +45,13 @@ class Result:
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)} "
+    f"FROM {since(WINDOW_IDS)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 # The same, with the events only Azure's account has (the central feed, Resource Graph): seen_by 'platform'.
 PLATFORM_IN_WINDOW = "first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 EVENTS_AND_PLATFORM_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER, platform=PLATFORM_IN_WINDOW)} "
+    f"FROM {since(WINDOW_IDS, platform=PLATFORM_IN_WINDOW)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 
@@ -172,7 +172,7 @@ USER_WAITS = Query(
     f"""
 SELECT first_seen_at, vm_name, vm_id, event_id, event_type, not_before_first AS not_before, approved_at,
        started_at, released_by, {USER_WAIT_COLUMNS}
-FROM {since(user_initiated(WINDOW_IDS), "event_vms_since", rows_after=WINDOW_ROWS_AFTER)}
+FROM {since(user_initiated(WINDOW_IDS), "event_vm_lifecycles")}
 WHERE {USER_WAIT_ROWS}
   AND first_seen_at >= {{since:DateTime64(3, 'UTC')}} AND first_seen_at < {{until:DateTime64(3, 'UTC')}}
 ORDER BY waited_s DESC, first_seen_at, vm_name
@@ -235,7 +235,7 @@ SELECT v.fault_set AS fault_set,
        avgOrNull(v.observed_impact_s) AS avg_observed_impact_s,
        maxOrNull(v.observed_impact_s) AS max_observed_impact_s
 FROM """
-    + scoped(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)
+    + scoped(WINDOW_IDS)
     + """ AS v
 INNER JOIN
 (

@@ -73,6 +73,14 @@ PURPOSE: Final = {
     "Azure's account), without what changes with time alone: the VMs still showing it instead of 'active'",
     "event_history": "each event's lifecycle as event_evidence_since last computed it, written by the ingest for "
     "every event a stored batch touched; the newest computation wins",
+    "event_vm_evidence_since": "event_vms_since's rows without what changes with time alone: whether the VM still "
+    "shows the event (holding) and whether any VM saw it end, instead of the outcome",
+    "event_vm_history": "each (EventId, observing VM)'s lifecycle as event_vm_evidence_since last computed it, "
+    "written by the ingest with the event's event_history row; the newest computation wins",
+    "holders_quiet": "of the VMs still showing an event seen in the last 30 days, those silent now and those of them "
+    "retired (one row: two arrays)",
+    "event_vm_lifecycles": "one row per (EventId, observing VM) with event_vms_since's columns: event_vm_history read "
+    "now",
     "event_refresh_queue": "a mark per event each stored batch of impacts or approvals named (written by the "
     "INSERT, through the views below; transitions mark event_rollup.stored_at): a sweep refreshes the events whose "
     "event_history row is older than their mark, which the ingest put off while batches kept coming (kept a week)",

@@ -818,86 +818,49 @@ AS SELECT DISTINCT event_id
 FROM sevents.approvals
 WHERE event_id != '';
 
--- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
---   still showing it reports (view, last defined by 0017_stored_lifecycles)
-CREATE VIEW sevents.events
+-- event_vm_history: each (EventId, observing VM)'s lifecycle as event_vm_evidence_since last computed it, written by
+--   the ingest with the event's event_history row; the newest computation wins (table, last defined by
+--   0022_stored_event_vms)
+CREATE TABLE sevents.event_vm_history
 (
     `event_id` String,
-    `event_type` String,
-    `event_source` Nullable(String),
-    `resource_type` String,
+    `vm_id` String,
+    `vm_name` String,
+    `subscription_id` LowCardinality(String),
+    `resource_group` LowCardinality(String),
+    `location` LowCardinality(String),
+    `zone` LowCardinality(String),
+    `scale_set` LowCardinality(String),
+    `fault_domain` Nullable(UInt16),
+    `update_domain` Nullable(UInt16),
+    `affects_this_vm` Bool,
+    `event_type` LowCardinality(String),
+    `event_source` LowCardinality(Nullable(String)),
+    `resource_type` LowCardinality(String),
     `description` Nullable(String),
     `duration_s` Nullable(Int64),
+    `resources` Array(String),
     `first_seen_at` DateTime64(3, 'UTC'),
+    `last_seen_at` DateTime64(3, 'UTC'),
     `not_before_first` Nullable(DateTime64(3, 'UTC')),
     `not_before_last` Nullable(DateTime64(3, 'UTC')),
-    `approved_at` Nullable(DateTime64(3, 'UTC')),
     `started_at` Nullable(DateTime64(3, 'UTC')),
     `ended_at` Nullable(DateTime64(3, 'UTC')),
-    `outcome` String,
-    `affected_vms` Array(String),
-    `affected_vm_count` UInt64,
-    `observing_vms` UInt64,
-    `fault_domains` Array(UInt16),
-    `update_domains` Array(UInt16),
-    `subscription_ids` Array(String),
-    `resource_groups` Array(String),
-    `notice_s` Nullable(Float64),
-    `approval_latency_s` Nullable(Float64),
-    `started_to_gone_s` Nullable(Float64),
-    `observed_impact_s` Nullable(Float64),
-    `impacted_vms` UInt64,
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
     `transitions` UInt64,
     `anomalies` UInt64,
-    `availability_set` String,
-    `last_seen_at` DateTime64(3, 'UTC'),
-    `fault_sets` Array(String),
-    `fault_domain_labels` Array(String),
-    `update_domain_labels` Array(String),
-    `started_at_source` Nullable(String),
-    `ended_at_source` Nullable(String),
-    `released_by` Nullable(String),
-    `seen_by` LowCardinality(String),
-    `platform_status` LowCardinality(String),
-    `outcome_source` LowCardinality(String)
+    `observed_impact_s` Nullable(Float64),
+    `vm_started_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at_source` LowCardinality(Nullable(String)),
+    `ended_at_source` LowCardinality(Nullable(String)),
+    `released_by` LowCardinality(Nullable(String)),
+    `holding` UInt8,
+    `end_seen_by_any` UInt8,
+    `computed_at` DateTime64(6, 'UTC')
 )
-AS WITH
-    now64(3) - toIntervalDay(30) AS horizon_,
-    (
-        SELECT (groupArrayIf(vm_id, silent_for_ > silent_after_), groupArrayIf(vm_id, (silent_for_ > silent_after_) AND (ifNull(r.retired_at >= h.started_at, 0) OR final OR (silent_for_ > retire_after_))))
-        FROM sevents.heartbeats_latest AS h
-        FINAL
-        LEFT JOIN
-        (
-            SELECT
-                vm_id,
-                max(retired_at) AS retired_at
-            FROM sevents.vm_retirements
-            WHERE vm_id IN (
-                SELECT tupleElement(arrayJoin(holders), 'vm_id')
-                FROM sevents.event_history
-                WHERE last_held_at >= horizon_
-            )
-            GROUP BY vm_id
-        ) AS r USING (vm_id)
-        WHERE vm_id IN (
-            SELECT tupleElement(arrayJoin(holders), 'vm_id')
-            FROM sevents.event_history
-            WHERE last_held_at >= horizon_
-        )
-    ) AS quiet_,
-    dateDiff('millisecond', h.observed_at, now64(3)) / 1000 AS silent_for_,
-    getSettingOrDefault('custom_sevents_silent_after_s', 300) AS silent_after_,
-    getSettingOrDefault('custom_sevents_retire_after_s', 259200) AS retire_after_
-SELECT * EXCEPT (holders, last_held_at, end_seen_by_any, computed_at, active_) REPLACE (if((outcome_source = 'platform') OR (NOT active_), outcome, 'active') AS outcome, if(active_, NULL, ended_at) AS ended_at, if(active_, NULL, ended_at_source) AS ended_at_source, if(active_, NULL, started_to_gone_s) AS started_to_gone_s)
-FROM
-(
-    SELECT
-        *,
-        (last_held_at >= horizon_) AND (arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.1, h.vm_id))), holders) OR ((end_seen_by_any = 0) AND arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.2, h.vm_id))), holders))) AS active_
-    FROM sevents.event_history
-    FINAL
-);
+ENGINE = ReplacingMergeTree(computed_at)
+ORDER BY (event_id, vm_id)
+SETTINGS index_granularity = 8192;
 
 -- vm_status: per VM: reporting, silent or retired, and why (view, last defined by 0006_rollups)
 CREATE VIEW sevents.vm_status
@@ -977,77 +940,6 @@ LEFT JOIN
 ) AS r USING (vm_id)
 WHERE ((dateDiff('millisecond', observed_at, now64(3)) / 1000) > getSettingOrDefault('custom_sevents_silent_after_s', 300)) AND ((r.retired_at >= h.started_at) OR final OR ((dateDiff('millisecond', observed_at, now64(3)) / 1000) > getSettingOrDefault('custom_sevents_retire_after_s', 259200)));
 
--- events_since: events last active on or after since_day (view, last defined by 0017_stored_lifecycles)
-CREATE VIEW sevents.events_since
-AS SELECT *
-FROM sevents.events
-WHERE last_seen_at >= {since_day:Date};
-
--- active_events: the EventIds of events with outcome 'active': what alerts and 'active now' panels start from (view,
---   last defined by 0017_stored_lifecycles)
-CREATE VIEW sevents.active_events
-(
-    `event_id` String
-)
-AS SELECT event_id
-FROM sevents.events
-WHERE (event_id IN (
-    SELECT event_id
-    FROM sevents.event_history
-    WHERE last_held_at >= (now64(3) - toIntervalDay(30))
-)) AND (outcome = 'active');
-
--- event_lifecycles_since: the lifecycle columns of events last active on or after since_day (view, last defined by
---   0017_stored_lifecycles)
-CREATE VIEW sevents.event_lifecycles_since
-AS SELECT
-    event_id,
-    event_type,
-    event_source,
-    resource_type,
-    description,
-    duration_s,
-    first_seen_at,
-    not_before_first,
-    not_before_last,
-    approved_at,
-    started_at,
-    ended_at,
-    outcome,
-    observing_vms,
-    fault_domains,
-    update_domains,
-    subscription_ids,
-    resource_groups,
-    notice_s,
-    approval_latency_s,
-    started_to_gone_s,
-    transitions,
-    anomalies,
-    started_at_source,
-    ended_at_source,
-    released_by
-FROM sevents.events
-WHERE last_seen_at >= {since_day:Date};
-
--- event_impacts_since: announced against measured, per event last active on or after since_day (view, last defined by
---   0017_stored_lifecycles)
-CREATE VIEW sevents.event_impacts_since
-AS SELECT
-    event_id,
-    event_type,
-    event_source,
-    duration_s,
-    started_at,
-    ended_at,
-    started_to_gone_s,
-    observed_impact_s,
-    impacted_vms,
-    affected_vm_count,
-    fault_domain_labels
-FROM sevents.events
-WHERE last_seen_at >= {since_day:Date};
-
 -- silent_or_retired_vms: the VMs without a heartbeat for the silence threshold, and whether each is retired (view, last
 --   defined by 0013_lifecycle_from_all_evidence)
 CREATE VIEW sevents.silent_or_retired_vms
@@ -1069,199 +961,6 @@ LEFT JOIN
     GROUP BY vm_id
 ) AS r USING (vm_id)
 WHERE (dateDiff('millisecond', observed_at, now64(3)) / 1000) > getSettingOrDefault('custom_sevents_silent_after_s', 300);
-
--- event_vms_since: one row per (EventId, observing VM) with its lifecycle and identity, from rollup rows of since_day
---   on (view, last defined by 0013_lifecycle_from_all_evidence)
-CREATE VIEW sevents.event_vms_since
-AS SELECT
-    event_id,
-    vm_id,
-    vm_name,
-    subscription_id,
-    resource_group,
-    location,
-    zone,
-    scale_set,
-    fault_domain,
-    update_domain,
-    affects_this_vm,
-    event_type,
-    event_source,
-    resource_type,
-    description,
-    duration_s,
-    resources,
-    first_seen_at,
-    last_seen_at,
-    not_before_first,
-    not_before_last,
-    event_started_ AS started_at,
-    ended_at,
-    multiIf(open_ AND ((NOT silent_) OR (NOT event_end_seen_by_any_)), 'active', event_started_ IS NOT NULL, 'completed', event_end_seen_by_any_, 'cancelled', 'end_not_seen') AS outcome,
-    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), event_started_, NULL) AS approved_at,
-    transitions,
-    anomalies,
-    observed_impact_s,
-    vm_started_at,
-    if(event_started_ IS NULL, NULL, if(ifNull(event_seen_started_ <= event_started_, 0), 'seen', 'downtime')) AS started_at_source,
-    if(ended_at IS NULL, NULL, if(end_seen_, 'seen', 'after_downtime')) AS ended_at_source,
-    multiIf(event_started_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', event_not_before_ IS NULL, 'no_notice', ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), 'outside', 'not_before') AS released_by
-FROM
-(
-    SELECT
-        *,
-        min(vm_started_at) OVER w AS event_seen_started_,
-        if(min(down_at) OVER w IS NULL, NULL, greatest(min(down_at) OVER w, min(first_seen_at) OVER w)) AS event_down_started_,
-        multiIf(event_seen_started_ IS NULL, event_down_started_, event_down_started_ IS NULL, event_seen_started_, least(event_seen_started_, event_down_started_)) AS event_started_,
-        argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) OVER w AS event_not_before_,
-        max(ended_at IS NOT NULL) OVER w AS event_end_seen_by_any_
-    FROM
-    (
-        SELECT
-            event_id,
-            vm_id,
-            vm_name,
-            subscription_id,
-            resource_group,
-            location,
-            zone,
-            scale_set,
-            fault_domain,
-            update_domain,
-            affects_this_vm,
-            event_type,
-            event_source,
-            resource_type,
-            description,
-            duration_s,
-            resources,
-            first_seen_at,
-            last_seen_at,
-            not_before_first,
-            not_before_last,
-            vm_started_at,
-            last_mark,
-            transitions,
-            anomalies,
-            if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
-            i.observed_impact_s AS observed_impact_s,
-            i.down_at AS down_at,
-            (ended_at IS NOT NULL) AND ((i.back_at IS NULL) OR ifNull(vm_started_at > i.down_at, 0) OR (ended_at > (i.back_at + toIntervalSecond(5)))) AS end_seen_,
-            ((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt')))) AND (last_seen_at >= (now64(3) - toIntervalDay(30))) AND ((vm_id, 1) NOT IN (
-                SELECT
-                    vm_id,
-                    retired
-                FROM sevents.silent_or_retired_vms
-            )) AS open_,
-            ((vm_id, 0) IN (
-                SELECT
-                    vm_id,
-                    retired
-                FROM sevents.silent_or_retired_vms
-            )) OR ((vm_id, 1) IN (
-                SELECT
-                    vm_id,
-                    retired
-                FROM sevents.silent_or_retired_vms
-            )) AS silent_
-        FROM
-        (
-            SELECT
-                event_id,
-                vm_id,
-                argMaxMerge(vm_name) AS vm_name,
-                argMaxMerge(subscription_id) AS subscription_id,
-                argMaxMerge(resource_group) AS resource_group,
-                argMaxMerge(location) AS location,
-                argMaxMerge(zone) AS zone,
-                argMaxMerge(scale_set) AS scale_set,
-                argMaxMerge(fault_domain) AS fault_domain,
-                argMaxMerge(update_domain) AS update_domain,
-                max(affects_this_vm) AS affects_this_vm,
-                argMaxIfMerge(event_type) AS event_type,
-                argMaxIfMerge(event_source) AS event_source,
-                argMaxIfMerge(resource_type) AS resource_type,
-                argMaxIfMerge(description) AS description,
-                argMinIfMerge(duration_s) AS duration_s,
-                arraySort(groupUniqArrayArray(resources)) AS resources,
-                min(first_seen_at) AS first_seen_at,
-                max(last_seen_at) AS last_seen_at,
-                argMinIfMerge(not_before_first) AS not_before_first,
-                argMaxIfMerge(not_before_last) AS not_before_last,
-                min(started_at) AS vm_started_at,
-                max(last_mark) AS last_mark,
-                length(groupUniqArrayArray(transition_ids)) AS transitions,
-                length(groupUniqArrayArray(anomaly_ids)) AS anomalies
-            FROM sevents.event_vm_rollup
-            WHERE day >= {since_day:Date}
-            GROUP BY
-                event_id,
-                vm_id
-        ) AS p
-        LEFT JOIN
-        (
-            SELECT
-                cityHash64(event_id, vm_id) AS pair_key,
-                toNullable(sum(duration_s)) AS observed_impact_s,
-                toNullable(min(began_at)) AS down_at,
-                toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
-            FROM sevents.impacts
-            FINAL
-            WHERE (began_at >= {since_day:Date}) AND (event_id != '')
-            GROUP BY pair_key
-        ) AS i ON i.pair_key = cityHash64(p.event_id, p.vm_id)
-    )
-    WINDOW w AS (PARTITION BY event_id)
-) AS v
-LEFT JOIN
-(
-    SELECT
-        event_id,
-        toNullable(min(decided_at)) AS sevents_approved_at
-    FROM sevents.approvals
-    WHERE (decided_at >= {since_day:Date}) AND (decision = 'approved')
-    GROUP BY event_id
-) AS a USING (event_id);
-
--- event_vms: event_vms_since over the whole history: one row per (EventId, observing VM) (view, last defined by
---   0013_lifecycle_from_all_evidence)
-CREATE VIEW sevents.event_vms
-(
-    `event_id` String,
-    `vm_id` String,
-    `vm_name` String,
-    `subscription_id` String,
-    `resource_group` String,
-    `location` String,
-    `zone` String,
-    `scale_set` String,
-    `fault_domain` Nullable(UInt16),
-    `update_domain` Nullable(UInt16),
-    `affects_this_vm` SimpleAggregateFunction(max, Bool),
-    `event_type` String,
-    `event_source` Nullable(String),
-    `resource_type` String,
-    `description` Nullable(String),
-    `duration_s` Nullable(Int64),
-    `resources` Array(String),
-    `first_seen_at` SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
-    `last_seen_at` SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
-    `not_before_first` Nullable(DateTime64(3, 'UTC')),
-    `not_before_last` Nullable(DateTime64(3, 'UTC')),
-    `started_at` Nullable(DateTime64(3, 'UTC')),
-    `ended_at` Nullable(SimpleAggregateFunction(max, DateTime64(3, 'UTC'))),
-    `outcome` String,
-    `approved_at` Nullable(DateTime64(3, 'UTC')),
-    `transitions` UInt64,
-    `anomalies` UInt64,
-    `observed_impact_s` Nullable(Float64),
-    `vm_started_at` Nullable(DateTime64(3, 'UTC')),
-    `started_at_source` Nullable(String),
-    `ended_at_source` Nullable(String),
-    `released_by` Nullable(String)
-)
-AS SELECT *
-FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
 
 -- event_evidence_since: one row per EventId from all its evidence (every VM's lifecycle, downtime, approvals, Azure's
 --   account), without what changes with time alone: the VMs still showing it instead of 'active' (view, last defined by
@@ -1567,3 +1266,479 @@ FROM
     ))
     GROUP BY event_id
 );
+
+-- event_vm_evidence_since: event_vms_since's rows without what changes with time alone: whether the VM still shows the
+--   event (holding) and whether any VM saw it end, instead of the outcome (view, last defined by 0022_stored_event_vms)
+CREATE VIEW sevents.event_vm_evidence_since
+AS SELECT
+    event_id,
+    vm_id,
+    vm_name,
+    subscription_id,
+    resource_group,
+    location,
+    zone,
+    scale_set,
+    fault_domain,
+    update_domain,
+    affects_this_vm,
+    event_type,
+    event_source,
+    resource_type,
+    description,
+    duration_s,
+    resources,
+    first_seen_at,
+    last_seen_at,
+    not_before_first,
+    not_before_last,
+    event_started_ AS started_at,
+    ended_at,
+    multiIf(sevents_approved_at IS NOT NULL, sevents_approved_at, ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), event_started_, NULL) AS approved_at,
+    transitions,
+    anomalies,
+    observed_impact_s,
+    vm_started_at,
+    if(event_started_ IS NULL, NULL, if(ifNull(event_seen_started_ <= event_started_, 0), 'seen', 'downtime')) AS started_at_source,
+    if(ended_at IS NULL, NULL, if(end_seen_, 'seen', 'after_downtime')) AS ended_at_source,
+    multiIf(event_started_ IS NULL, NULL, sevents_approved_at IS NOT NULL, 'sevents', event_not_before_ IS NULL, 'no_notice', ifNull(dateDiff('millisecond', event_started_, event_not_before_) > if(NOT ifNull(event_seen_started_ <= event_started_, 0), 1000, 0), 0), 'outside', 'not_before') AS released_by,
+    holding_ AS holding,
+    event_end_seen_by_any_ AS end_seen_by_any
+FROM
+(
+    SELECT
+        *,
+        min(vm_started_at) OVER w AS event_seen_started_,
+        if(min(down_at) OVER w IS NULL, NULL, greatest(min(down_at) OVER w, min(first_seen_at) OVER w)) AS event_down_started_,
+        multiIf(event_seen_started_ IS NULL, event_down_started_, event_down_started_ IS NULL, event_seen_started_, least(event_seen_started_, event_down_started_)) AS event_started_,
+        argMaxIf(not_before_last, last_seen_at, not_before_last IS NOT NULL) OVER w AS event_not_before_,
+        toUInt8(max(ended_at IS NOT NULL) OVER w) AS event_end_seen_by_any_
+    FROM
+    (
+        SELECT
+            event_id,
+            vm_id,
+            vm_name,
+            subscription_id,
+            resource_group,
+            location,
+            zone,
+            scale_set,
+            fault_domain,
+            update_domain,
+            affects_this_vm,
+            event_type,
+            event_source,
+            resource_type,
+            description,
+            duration_s,
+            resources,
+            first_seen_at,
+            last_seen_at,
+            not_before_first,
+            not_before_last,
+            vm_started_at,
+            last_mark,
+            transitions,
+            anomalies,
+            if((last_mark % 2) = 1, last_seen_at, NULL) AS ended_at,
+            i.observed_impact_s AS observed_impact_s,
+            i.down_at AS down_at,
+            (ended_at IS NOT NULL) AND ((i.back_at IS NULL) OR ifNull(vm_started_at > i.down_at, 0) OR (ended_at > (i.back_at + toIntervalSecond(5)))) AS end_seen_,
+            toUInt8(((last_mark % 2) = 0) AND (NOT (affects_this_vm AND (vm_started_at IS NOT NULL) AND (event_type IN ('Terminate', 'Preempt'))))) AS holding_
+        FROM
+        (
+            SELECT
+                event_id,
+                vm_id,
+                argMaxMerge(vm_name) AS vm_name,
+                argMaxMerge(subscription_id) AS subscription_id,
+                argMaxMerge(resource_group) AS resource_group,
+                argMaxMerge(location) AS location,
+                argMaxMerge(zone) AS zone,
+                argMaxMerge(scale_set) AS scale_set,
+                argMaxMerge(fault_domain) AS fault_domain,
+                argMaxMerge(update_domain) AS update_domain,
+                max(affects_this_vm) AS affects_this_vm,
+                argMaxIfMerge(event_type) AS event_type,
+                argMaxIfMerge(event_source) AS event_source,
+                argMaxIfMerge(resource_type) AS resource_type,
+                argMaxIfMerge(description) AS description,
+                argMinIfMerge(duration_s) AS duration_s,
+                arraySort(groupUniqArrayArray(resources)) AS resources,
+                min(first_seen_at) AS first_seen_at,
+                max(last_seen_at) AS last_seen_at,
+                argMinIfMerge(not_before_first) AS not_before_first,
+                argMaxIfMerge(not_before_last) AS not_before_last,
+                min(started_at) AS vm_started_at,
+                max(last_mark) AS last_mark,
+                length(groupUniqArrayArray(transition_ids)) AS transitions,
+                length(groupUniqArrayArray(anomaly_ids)) AS anomalies
+            FROM sevents.event_vm_rollup
+            WHERE day >= {since_day:Date}
+            GROUP BY
+                event_id,
+                vm_id
+        ) AS p
+        LEFT JOIN
+        (
+            SELECT
+                cityHash64(event_id, vm_id) AS pair_key,
+                toNullable(sum(duration_s)) AS observed_impact_s,
+                toNullable(min(began_at)) AS down_at,
+                toNullable(max(began_at + toIntervalMillisecond(duration_ms))) AS back_at
+            FROM sevents.impacts
+            FINAL
+            WHERE (began_at >= {since_day:Date}) AND (event_id != '')
+            GROUP BY pair_key
+        ) AS i ON i.pair_key = cityHash64(p.event_id, p.vm_id)
+    )
+    WINDOW w AS (PARTITION BY event_id)
+) AS v
+LEFT JOIN
+(
+    SELECT
+        event_id,
+        toNullable(min(decided_at)) AS sevents_approved_at
+    FROM sevents.approvals
+    WHERE (decided_at >= {since_day:Date}) AND (decision = 'approved')
+    GROUP BY event_id
+) AS a USING (event_id);
+
+-- event_vms_since: one row per (EventId, observing VM) with its lifecycle and identity, from rollup rows of since_day
+--   on (view, last defined by 0022_stored_event_vms)
+CREATE VIEW sevents.event_vms_since
+AS SELECT
+    event_id,
+    vm_id,
+    vm_name,
+    subscription_id,
+    resource_group,
+    location,
+    zone,
+    scale_set,
+    fault_domain,
+    update_domain,
+    affects_this_vm,
+    event_type,
+    event_source,
+    resource_type,
+    description,
+    duration_s,
+    resources,
+    first_seen_at,
+    last_seen_at,
+    not_before_first,
+    not_before_last,
+    started_at,
+    ended_at,
+    multiIf(holding AND (last_seen_at >= (now64(3) - toIntervalDay(30))) AND ((vm_id, 1) NOT IN (
+        SELECT
+            vm_id,
+            retired
+        FROM sevents.silent_or_retired_vms
+    )) AND ((NOT (((vm_id, 0) IN (
+        SELECT
+            vm_id,
+            retired
+        FROM sevents.silent_or_retired_vms
+    )) OR ((vm_id, 1) IN (
+        SELECT
+            vm_id,
+            retired
+        FROM sevents.silent_or_retired_vms
+    )))) OR (NOT end_seen_by_any)), 'active', started_at IS NOT NULL, 'completed', end_seen_by_any, 'cancelled', 'end_not_seen') AS outcome,
+    approved_at,
+    transitions,
+    anomalies,
+    observed_impact_s,
+    vm_started_at,
+    started_at_source,
+    ended_at_source,
+    released_by
+FROM `sevents.event_vm_evidence_since`(since_day = {since_day:Date});
+
+-- event_vms: event_vms_since over the whole history: one row per (EventId, observing VM) (view, last defined by
+--   0013_lifecycle_from_all_evidence)
+CREATE VIEW sevents.event_vms
+(
+    `event_id` String,
+    `vm_id` String,
+    `vm_name` String,
+    `subscription_id` String,
+    `resource_group` String,
+    `location` String,
+    `zone` String,
+    `scale_set` String,
+    `fault_domain` Nullable(UInt16),
+    `update_domain` Nullable(UInt16),
+    `affects_this_vm` SimpleAggregateFunction(max, Bool),
+    `event_type` String,
+    `event_source` Nullable(String),
+    `resource_type` String,
+    `description` Nullable(String),
+    `duration_s` Nullable(Int64),
+    `resources` Array(String),
+    `first_seen_at` SimpleAggregateFunction(min, DateTime64(3, 'UTC')),
+    `last_seen_at` SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
+    `not_before_first` Nullable(DateTime64(3, 'UTC')),
+    `not_before_last` Nullable(DateTime64(3, 'UTC')),
+    `started_at` Nullable(DateTime64(3, 'UTC')),
+    `ended_at` Nullable(SimpleAggregateFunction(max, DateTime64(3, 'UTC'))),
+    `outcome` String,
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
+    `transitions` UInt64,
+    `anomalies` UInt64,
+    `observed_impact_s` Nullable(Float64),
+    `vm_started_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at_source` Nullable(String),
+    `ended_at_source` Nullable(String),
+    `released_by` Nullable(String)
+)
+AS SELECT *
+FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
+
+-- holders_quiet: of the VMs still showing an event seen in the last 30 days, those silent now and those of them retired
+--   (one row: two arrays) (view, last defined by 0022_stored_event_vms)
+CREATE VIEW sevents.holders_quiet
+(
+    `silent` Array(String),
+    `retired` Array(String)
+)
+AS WITH
+    now64(3) - toIntervalDay(30) AS horizon_,
+    dateDiff('millisecond', h.observed_at, now64(3)) / 1000 AS silent_for_,
+    getSettingOrDefault('custom_sevents_silent_after_s', 300) AS silent_after_,
+    getSettingOrDefault('custom_sevents_retire_after_s', 259200) AS retire_after_
+SELECT
+    groupArrayIf(vm_id, silent_for_ > silent_after_) AS silent,
+    groupArrayIf(vm_id, (silent_for_ > silent_after_) AND (ifNull(r.retired_at >= h.started_at, 0) OR final OR (silent_for_ > retire_after_))) AS retired
+FROM sevents.heartbeats_latest AS h
+FINAL
+LEFT JOIN
+(
+    SELECT
+        vm_id,
+        max(retired_at) AS retired_at
+    FROM sevents.vm_retirements
+    WHERE vm_id IN (
+        SELECT tupleElement(arrayJoin(holders), 'vm_id')
+        FROM sevents.event_history
+        WHERE last_held_at >= horizon_
+    )
+    GROUP BY vm_id
+) AS r USING (vm_id)
+WHERE vm_id IN (
+    SELECT tupleElement(arrayJoin(holders), 'vm_id')
+    FROM sevents.event_history
+    WHERE last_held_at >= horizon_
+);
+
+-- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
+--   still showing it reports (view, last defined by 0022_stored_event_vms)
+CREATE VIEW sevents.events
+(
+    `event_id` String,
+    `event_type` String,
+    `event_source` Nullable(String),
+    `resource_type` String,
+    `description` Nullable(String),
+    `duration_s` Nullable(Int64),
+    `first_seen_at` DateTime64(3, 'UTC'),
+    `not_before_first` Nullable(DateTime64(3, 'UTC')),
+    `not_before_last` Nullable(DateTime64(3, 'UTC')),
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at` Nullable(DateTime64(3, 'UTC')),
+    `ended_at` Nullable(DateTime64(3, 'UTC')),
+    `outcome` String,
+    `affected_vms` Array(String),
+    `affected_vm_count` UInt64,
+    `observing_vms` UInt64,
+    `fault_domains` Array(UInt16),
+    `update_domains` Array(UInt16),
+    `subscription_ids` Array(String),
+    `resource_groups` Array(String),
+    `notice_s` Nullable(Float64),
+    `approval_latency_s` Nullable(Float64),
+    `started_to_gone_s` Nullable(Float64),
+    `observed_impact_s` Nullable(Float64),
+    `impacted_vms` UInt64,
+    `transitions` UInt64,
+    `anomalies` UInt64,
+    `availability_set` String,
+    `last_seen_at` DateTime64(3, 'UTC'),
+    `fault_sets` Array(String),
+    `fault_domain_labels` Array(String),
+    `update_domain_labels` Array(String),
+    `started_at_source` Nullable(String),
+    `ended_at_source` Nullable(String),
+    `released_by` Nullable(String),
+    `seen_by` LowCardinality(String),
+    `platform_status` LowCardinality(String),
+    `outcome_source` LowCardinality(String)
+)
+AS WITH
+    now64(3) - toIntervalDay(30) AS horizon_,
+    (
+        SELECT (silent, retired)
+        FROM sevents.holders_quiet
+    ) AS quiet_
+SELECT * EXCEPT (holders, last_held_at, end_seen_by_any, computed_at, active_) REPLACE (if((outcome_source = 'platform') OR (NOT active_), outcome, 'active') AS outcome, if(active_, NULL, ended_at) AS ended_at, if(active_, NULL, ended_at_source) AS ended_at_source, if(active_, NULL, started_to_gone_s) AS started_to_gone_s)
+FROM
+(
+    SELECT
+        *,
+        (last_held_at >= horizon_) AND (arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.1, h.vm_id))), holders) OR ((end_seen_by_any = 0) AND arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.2, h.vm_id))), holders))) AS active_
+    FROM sevents.event_history
+    FINAL
+);
+
+-- events_since: events last active on or after since_day (view, last defined by 0017_stored_lifecycles)
+CREATE VIEW sevents.events_since
+AS SELECT *
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
+
+-- active_events: the EventIds of events with outcome 'active': what alerts and 'active now' panels start from (view,
+--   last defined by 0017_stored_lifecycles)
+CREATE VIEW sevents.active_events
+(
+    `event_id` String
+)
+AS SELECT event_id
+FROM sevents.events
+WHERE (event_id IN (
+    SELECT event_id
+    FROM sevents.event_history
+    WHERE last_held_at >= (now64(3) - toIntervalDay(30))
+)) AND (outcome = 'active');
+
+-- event_lifecycles_since: the lifecycle columns of events last active on or after since_day (view, last defined by
+--   0017_stored_lifecycles)
+CREATE VIEW sevents.event_lifecycles_since
+AS SELECT
+    event_id,
+    event_type,
+    event_source,
+    resource_type,
+    description,
+    duration_s,
+    first_seen_at,
+    not_before_first,
+    not_before_last,
+    approved_at,
+    started_at,
+    ended_at,
+    outcome,
+    observing_vms,
+    fault_domains,
+    update_domains,
+    subscription_ids,
+    resource_groups,
+    notice_s,
+    approval_latency_s,
+    started_to_gone_s,
+    transitions,
+    anomalies,
+    started_at_source,
+    ended_at_source,
+    released_by
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
+
+-- event_impacts_since: announced against measured, per event last active on or after since_day (view, last defined by
+--   0017_stored_lifecycles)
+CREATE VIEW sevents.event_impacts_since
+AS SELECT
+    event_id,
+    event_type,
+    event_source,
+    duration_s,
+    started_at,
+    ended_at,
+    started_to_gone_s,
+    observed_impact_s,
+    impacted_vms,
+    affected_vm_count,
+    fault_domain_labels
+FROM sevents.events
+WHERE last_seen_at >= {since_day:Date};
+
+-- event_vm_lifecycles: one row per (EventId, observing VM) with event_vms_since's columns: event_vm_history read now
+--   (view, last defined by 0022_stored_event_vms)
+CREATE VIEW sevents.event_vm_lifecycles
+(
+    `event_id` String,
+    `vm_id` String,
+    `vm_name` String,
+    `subscription_id` LowCardinality(String),
+    `resource_group` LowCardinality(String),
+    `location` LowCardinality(String),
+    `zone` LowCardinality(String),
+    `scale_set` LowCardinality(String),
+    `fault_domain` Nullable(UInt16),
+    `update_domain` Nullable(UInt16),
+    `affects_this_vm` Bool,
+    `event_type` LowCardinality(String),
+    `event_source` LowCardinality(Nullable(String)),
+    `resource_type` LowCardinality(String),
+    `description` Nullable(String),
+    `duration_s` Nullable(Int64),
+    `resources` Array(String),
+    `first_seen_at` DateTime64(3, 'UTC'),
+    `last_seen_at` DateTime64(3, 'UTC'),
+    `not_before_first` Nullable(DateTime64(3, 'UTC')),
+    `not_before_last` Nullable(DateTime64(3, 'UTC')),
+    `started_at` Nullable(DateTime64(3, 'UTC')),
+    `ended_at` Nullable(DateTime64(3, 'UTC')),
+    `outcome` String,
+    `approved_at` Nullable(DateTime64(3, 'UTC')),
+    `transitions` UInt64,
+    `anomalies` UInt64,
+    `observed_impact_s` Nullable(Float64),
+    `vm_started_at` Nullable(DateTime64(3, 'UTC')),
+    `started_at_source` LowCardinality(Nullable(String)),
+    `ended_at_source` LowCardinality(Nullable(String)),
+    `released_by` LowCardinality(Nullable(String))
+)
+AS WITH
+    now64(3) - toIntervalDay(30) AS horizon_,
+    (
+        SELECT (silent, retired)
+        FROM sevents.holders_quiet
+    ) AS quiet_
+SELECT
+    event_id,
+    vm_id,
+    vm_name,
+    subscription_id,
+    resource_group,
+    location,
+    zone,
+    scale_set,
+    fault_domain,
+    update_domain,
+    affects_this_vm,
+    event_type,
+    event_source,
+    resource_type,
+    description,
+    duration_s,
+    resources,
+    first_seen_at,
+    last_seen_at,
+    not_before_first,
+    not_before_last,
+    started_at,
+    ended_at,
+    multiIf(holding AND (last_seen_at >= horizon_) AND (NOT has(quiet_.2, vm_id)) AND ((NOT has(quiet_.1, vm_id)) OR (NOT end_seen_by_any)), 'active', started_at IS NOT NULL, 'completed', end_seen_by_any, 'cancelled', 'end_not_seen') AS outcome,
+    approved_at,
+    transitions,
+    anomalies,
+    observed_impact_s,
+    vm_started_at,
+    started_at_source,
+    ended_at_source,
+    released_by
+FROM sevents.event_vm_history
+FINAL;

@@ -56,18 +56,18 @@ def test_no_line_of_panel_sql_is_longer_than_the_bound() -> None:
 
 
 def test_every_table_and_view_a_panel_reads_is_named_whole_in_the_code() -> None:
-    """A search for a view (``event_vms_since``) finds the Python that builds every query reading it: each name
+    """A search for a view (``event_vm_lifecycles``) finds the Python that builds every query reading it: each name
     after ``sevents.`` in the committed SQL is a whole word of a string in the generator modules."""
     code = "\n".join(_code_strings(path) for path in GENERATORS)
     read = {name for _, sql in _committed() for name in re.findall(r"\bsevents\.(\w+)", sql)}
-    assert {"events", "event_vms_since", "event_history", "event_rollup"} <= read
+    assert {"events", "event_vm_lifecycles", "event_history", "event_rollup"} <= read
     missing = sorted(name for name in read if not re.search(rf"\b{name}\b", code))
     assert not missing, f"assembled, not named: {missing}"
 
 
 def test_since_takes_the_views_whole_name() -> None:
     """``filters.since`` reads the view it is given by its full name, and refuses a name it does not know."""
-    assert "sevents.event_vms_since(since_day" in filters.since(filters.STARTED_IDS, "event_vms_since")
+    assert "FROM sevents.event_vm_lifecycles WHERE" in filters.since(filters.STARTED_IDS, "event_vm_lifecycles")
     assert "FROM sevents.events WHERE" in filters.since(filters.STARTED_IDS, "events")
     with pytest.raises(ValueError, match="event_impacts"):
         filters.since(filters.STARTED_IDS, "event_impacts_since")

@@ -128,6 +128,14 @@ def test_retired_vms_are_apart_and_release_their_events(ch: Any, db: str) -> Non
     outcomes = dict(ch.query(f"SELECT event_id, outcome FROM {db}.events").result_rows)
     # no VM saw E-old start or end before its VMs were retired: nothing says it was cancelled
     assert outcomes["E-old"] == "end_not_seen" and outcomes["E-quiet"] == "active"
+    # each VM's row, stored and read now, says the same as the one computed from the rollups
+    per_vm = f"SELECT event_id, vm_name, outcome FROM {db}.{{}} WHERE event_id LIKE 'E-%' ORDER BY event_id, vm_name"
+    stored = ch.query(per_vm.format("event_vm_lifecycles")).result_rows
+    assert stored == ch.query(per_vm.format("event_vms")).result_rows
+    assert stored == [
+        ("E-old", "vm-2", "end_not_seen"), ("E-old", "vm-3", "end_not_seen"), ("E-pre", "vm-4", "completed"),
+        ("E-quiet", "vm-1", "active"),
+    ]  # fmt: skip
 
 
 def test_an_event_announced_weeks_ago_is_read_whole(ch: Any, db: str) -> None:

@@ -1,4 +1,5 @@
-"""Each event's stored lifecycle (``event_history``, migration 0017) follows its evidence through the real ingest.
+"""Each event's stored lifecycle (``event_history``, migration 0017) and each observing VM's (``event_vm_history``,
+migration 0022) follow their evidence through the real ingest.
 
 The handler stores a batch and, before acknowledging it, computes again every event the batch touched, or queues
 them when it puts the refresh off under load (``ingest.lifecycle_refresher``); the ``events`` view reads those
@@ -38,6 +39,22 @@ def _outcomes(ch: Any, db: str) -> dict[str, str]:
     return dict(ch.query(f"SELECT event_id, outcome FROM {db}.events").result_rows)
 
 
+def _vms_agree(ch: Any, db: str) -> list[tuple[Any, ...]]:
+    """Asserts that the stored per-VM rows are what the evidence says now, and that read now (silence, horizon)
+    they are the rows event_vms computes from the rollups; returns those rows."""
+    order = "ORDER BY event_id, vm_id"
+    stored = ch.query(f"SELECT * EXCEPT (computed_at) FROM {db}.event_vm_history FINAL {order}").result_rows
+    assert stored == ch.query(f"SELECT * FROM {db}.event_vm_evidence_since({ALL}) {order}").result_rows
+    read = ch.query(f"SELECT * FROM {db}.event_vm_lifecycles {order}").result_rows
+    assert read == ch.query(f"SELECT * FROM {db}.event_vms {order}").result_rows
+    return read
+
+
+def _vm_outcomes(ch: Any, db: str) -> dict[tuple[str, str], str]:
+    sql = f"SELECT event_id, vm_name, outcome FROM {db}.event_vm_lifecycles"
+    return {(e, vm): outcome for e, vm, outcome in ch.query(sql).result_rows}
+
+
 def test_every_batch_leaves_the_stored_lifecycles_equal_to_the_evidence(ch: Any, db: str, handler: Handler) -> None:
     """Batch after batch (one VM, then another, then the end), the stored rows are what the evidence says now."""
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)  # within the 30-day horizon
@@ -48,6 +65,7 @@ def test_every_batch_leaves_the_stored_lifecycles_equal_to_the_evidence(ch: Any,
     for index, batch in enumerate(batches):
         handler(deliveries(batch, prefix=f"b{index}"))
         assert _stored(ch, db) == _computed(ch, db), f"after batch {index}"
+        assert len(_vms_agree(ch, db)) == [1, 3, 3, 3][index], f"after batch {index}"
         outcomes.append(_outcomes(ch, db))
     assert outcomes[0] == {"E-1": "active"}
     assert outcomes[-1] == {"E-1": "completed", "E-2": "active"}
@@ -90,10 +108,15 @@ def test_silence_is_looked_up_when_read_not_when_stored(ch: Any, db: str, handle
     handler(deliveries([shown, seen, gone]))
     stored = _stored(ch, db)
     assert _outcomes(ch, db) == {"E-1": "active"}, "vm 0 has not been silent (no heartbeat yet) and still shows it"
+    _vms_agree(ch, db)
+    vm0, vm1 = (("E-1", synthetic.vm(i)["vm_name"]) for i in (0, 1))
+    assert _vm_outcomes(ch, db) == {vm0: "active", vm1: "cancelled"}
     # vm 0's latest heartbeat is ten minutes old: silent (300 s), and another VM saw the event end
     handler(deliveries([synthetic.heartbeat(vm_index=0, observed_at=now - timedelta(minutes=10))], prefix="hb"))
     assert _stored(ch, db) == stored, "a heartbeat is no evidence of an event"
     assert _outcomes(ch, db) == {"E-1": "cancelled"}
+    _vms_agree(ch, db)
+    assert _vm_outcomes(ch, db) == {vm0: "cancelled", vm1: "cancelled"}
 
 
 def test_refresh_of_events_with_no_evidence_stores_nothing(ch: Any, db: str) -> None:
@@ -115,6 +138,7 @@ def test_a_lifecycle_put_off_survives_the_worker_and_the_next_one_computes_it(ch
     successor = Handler(Writer(ch, db, refresh_every=3600), source="test", stop=threading.Event())
     successor(deliveries([synthetic.heartbeat(vm_index=3, observed_at=start)], prefix="c"))
     assert _stored(ch, db) == _computed(ch, db)
+    _vms_agree(ch, db)
     assert _outcomes(ch, db) == {"E-1": "active", "E-2": "completed"}
     assert lifecycle_store.stale(ch, db) == []
 
@@ -129,3 +153,4 @@ def test_a_pipeline_computes_what_it_put_off_when_it_stops(ch: Any, db: str) -> 
     handler.close()
     assert _outcomes(ch, db) == {"E-1": "completed"}
     assert _stored(ch, db) == _computed(ch, db)
+    _vms_agree(ch, db)

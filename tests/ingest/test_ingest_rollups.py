@@ -102,7 +102,8 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     return rows
 
 
-HISTORY = "event_history"  # each event's stored lifecycle (0017): emptied with the tables it is computed from
+# each event's and each observing VM's stored lifecycle (0017, 0022): emptied with the tables they are computed from
+HISTORY = ("event_history", "event_vm_history")
 
 
 def refresh(client: Any, database: str, batch: list[dict[str, Any]]) -> None:
@@ -162,7 +163,7 @@ def expected_event_vms(db: str) -> str:
 @given(stream=streams(), data=st.data())
 def test_rollups_equal_the_reference_views(ch: Any, rollup_db: str, stream: list[dict[str, Any]], data: Any) -> None:
     """Duplicates, any arrival order and any batch split give exactly the reference views' rows."""
-    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", HISTORY):
+    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", *HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     delivered = stream + data.draw(st.lists(st.sampled_from(stream), max_size=10), label="duplicates")
     delivered = data.draw(st.permutations(delivered), label="order")
@@ -234,7 +235,7 @@ def test_active_events_are_the_events_active_terminate_and_preempt_included(
 
     The streams are as collectors write them: an event keeps its type, a VM's status only moves forward, whether
     the event affects a VM does not change, and only a disappearance may leave the type empty."""
-    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", HISTORY):
+    for table in ("transitions", "transitions_by_time", "event_vm_rollup", "event_rollup", "vm_retirements", *HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     started: set[tuple[str, str]] = set()
     affects: dict[tuple[str, str], bool] = {}
@@ -268,7 +269,7 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     """The per-event sets kept by their own rollup (events.fault_domain_labels) equal those the query layer finds
     over the event's VMs, whatever the duplicates, order and batches, with VMs in availability and scale sets.
     Each VM keeps one identity, as in Azure (the rollup keeps every name and domain it saw)."""
-    for table in ("transitions", "event_vm_rollup", "event_rollup", HISTORY):
+    for table in ("transitions", "event_vm_rollup", "event_rollup", *HISTORY):
         ch.command(f"TRUNCATE TABLE {rollup_db}.{table}")
     first: dict[str, dict[str, Any]] = {}
     for r in stream:
