@@ -14,9 +14,7 @@ checkpoints -> ClickHouse. chdb admits one process per data directory, so the wo
 process (``StoreService``), as they would through a ClickHouse server: a batch is checkpointed only after this
 process stored it, each worker process through an ingest handler of its own (``WorkerHandlers``: the workers
 started with the run stand for workers up for long, the restarted one verifies its inserts as a restarted
-worker does) and a client of its own whose calls run at once, as a server's do (``chdb_pool.PooledClient``:
-each of a worker's partitions and its lifecycle refresher stores on an idle connection of the engine; one chdb
-client would store them one after another).
+worker does).
 
 Once the workers share the partitions, the scenario starts (its first change 5 s in, once the collectors poll
 and have opened their Event Hubs connections); ``--kill-after`` (15) seconds later, amid the second round of
@@ -65,7 +63,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from bench_latency import percentile, timed  # noqa: E402
-from chdb_pool import PooledClient  # noqa: E402
 from eh_stages import STAGES, journeys, slowest, summary  # noqa: E402
 from eh_webhook import WebhookReceiver, webhook_latencies  # noqa: E402
 
@@ -146,12 +143,11 @@ class WorkerHandlers:
     process is a restart and verifies as one does.
     """
 
-    def __init__(self, target: str) -> None:
-        self.target = target
+    def __init__(self, client: Any) -> None:
+        self.client = client
         self.lock = threading.Lock()
         self.handlers: dict[tuple[str, int], Handler] = {}
         self.owners: set[str] = set()
-        self.clients: list[PooledClient] = []
 
     def deliver_for(self, owner: str, pid: int) -> Handler:
         with self.lock:
@@ -160,17 +156,9 @@ class WorkerHandlers:
                 self.owners.add(owner)
                 # lifecycles put off while batches keep coming, as the ingest does (ingest.lifecycle_refresher)
                 every = lifecycle_refresher.DEFAULT_EVERY
-                # a worker's own client, whose calls (each partition's store, the refresher's timer) run at once,
-                # as on a ClickHouse server: a chdb client alone would serialise them (benchmarks/chdb_pool.py)
-                client = PooledClient(self.target)
-                self.clients.append(client)
-                writer = Writer(client, DATABASE, verify_window=verify, refresh_every=every)
+                writer = Writer(self.client, DATABASE, verify_window=verify, refresh_every=every)
                 self.handlers[owner, pid] = Handler(writer, source="eventhubs", stop=threading.Event())
             return self.handlers[owner, pid]
-
-    def close(self) -> None:
-        for client in self.clients:
-            client.close()
 
 
 def _refused(batch: Sequence[Any]) -> None:
@@ -256,8 +244,7 @@ def run_once(args: argparse.Namespace, index: int) -> dict[str, Any]:
     client = connect(f"chdb://{workdir / 'clickhouse'}")
     migrate(client, Target(database=DATABASE))
     key = secrets.token_hex(16)
-    handlers = WorkerHandlers(f"chdb://{workdir / 'clickhouse'}")
-    service = StoreService(_refused, key.encode(), deliver_for=handlers.deliver_for)
+    service = StoreService(_refused, key.encode(), deliver_for=WorkerHandlers(client).deliver_for)
     webhook = WebhookReceiver()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     collectors: list[subprocess.Popen[str]] = []
@@ -331,7 +318,6 @@ def run_once(args: argparse.Namespace, index: int) -> dict[str, Any]:
         sim.stop()
         webhook.close()
         service.close()
-        handlers.close()
         client.close()
     served = [t - killed_at if t is not None else None for t in served_again]
     served_max = max((s for s in served if s is not None), default=None)
