@@ -352,12 +352,26 @@ def run_once(args: argparse.Namespace, index: int) -> dict[str, Any]:
         "all_stored": stored,
         "collectors_sending_after_s": round(warm_s, 2) if warm else None,
         "collector_processes_stuck_at_the_end": len(stuck),
+        "stores": store_figures(service.timings),
     }
     stage_rows = summary(found, percentile)
     figures["stages_s"] = {row[0]: {"p50": row[1], "p99": row[2], "max": row[3]} for row in stage_rows}
     figures["goals_met"] = goals(figures, args.poll, args.expiry, served_max)
     report(figures, args, found, stage_rows, killed_at)
     return figures
+
+
+def store_figures(timings: Sequence[BatchTiming]) -> dict[str, Any]:
+    """How the workers' batches were stored: how many, their records (transitions, heartbeats and the rest), and
+    the seconds each store took in the store service (from the batch's arrival to its ``deliver`` returning)."""
+    took = [t.stored_at - t.arrived_at for t in timings]
+    sizes = [len(t.positions) for t in timings]
+    return {
+        "batches": len(timings),
+        "records_p50": statistics.median(sizes) if sizes else 0,
+        "store_p50_s": round(statistics.median(took), 3) if took else math.nan,
+        "store_p99_s": round(percentile(took, 0.99), 3) if took else math.nan,
+    }
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -410,6 +424,11 @@ def report(
         f"moves between healthy workers: {f['moves_between_healthy_workers']}; killed worker's partitions "
         f"{f['killed_worker_partitions']} served again after {f['killed_worker_partitions_served_again_s']} s "
         f"(expiry {args.expiry:g} s); lost {f['lost']}, duplicated after FINAL {f['duplicated_after_final']}"
+    )
+    kept = f["stores"]
+    print(
+        f"stored in {kept['batches']:,} batches of {kept['records_p50']:g} records at p50; a store took "
+        f"{kept['store_p50_s']} s at p50, {kept['store_p99_s']} s at p99"
     )
     for goal, met in f["goals_met"].items():
         print(f"goal: {goal} -> {'met' if met else 'NOT met'}")

@@ -88,6 +88,18 @@ def peak_rss_bytes() -> int:
     return 0
 
 
+def disk_bytes(root: Path) -> int:
+    """The bytes of the files under ``root``, while the engine may still merge parts away beneath the walk."""
+    total = 0
+    for folder, _dirs, files in os.walk(root):  # a folder gone mid-walk is skipped (os.walk ignores its error)
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                continue  # a part merged away since it was listed: its rows are in the merged part
+    return total
+
+
 def mib(size: float) -> str:
     return f"{size / 2**20:,.0f}"
 
@@ -508,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     try:
         result = catch_up(args, client) if args.catch_up_hours is not None else sustained(args, client)
-        result["disk_bytes"] = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file())
+        result["disk_bytes"] = disk_bytes(workdir)
     finally:
         client.close()
         shutil.rmtree(workdir, ignore_errors=True)

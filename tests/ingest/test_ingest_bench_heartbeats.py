@@ -19,7 +19,8 @@ def bench(tmp_path: Path, *flags: str) -> tuple[dict[str, Any], str]:
     """Run the benchmark in a process of its own (the embedded engine holds one data directory per process)."""
     out = tmp_path / "figures.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_heartbeats.py"), *flags, "--json", str(out)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}; its stderr ended:\n{done.stderr[-3000:]}"
     return json.loads(out.read_text(encoding="utf-8")), done.stdout
 
 
