@@ -1499,7 +1499,7 @@ AS SELECT *
 FROM `sevents.event_vms_since`(since_day = toDate('1970-01-01'));
 
 -- holders_quiet: of the VMs still showing an event seen in the last 30 days, those silent now and those of them retired
---   (one row: two arrays) (view, last defined by 0022_stored_event_vms)
+--   (one row: two arrays) (view, last defined by 0023_holders_quiet_without_final)
 CREATE VIEW sevents.holders_quiet
 (
     `silent` Array(String),
@@ -1507,14 +1507,27 @@ CREATE VIEW sevents.holders_quiet
 )
 AS WITH
     now64(3) - toIntervalDay(30) AS horizon_,
-    dateDiff('millisecond', h.observed_at, now64(3)) / 1000 AS silent_for_,
+    dateDiff('millisecond', h.last_heartbeat_at, now64(3)) / 1000 AS silent_for_,
     getSettingOrDefault('custom_sevents_silent_after_s', 300) AS silent_after_,
     getSettingOrDefault('custom_sevents_retire_after_s', 259200) AS retire_after_
 SELECT
     groupArrayIf(vm_id, silent_for_ > silent_after_) AS silent,
-    groupArrayIf(vm_id, (silent_for_ > silent_after_) AND (ifNull(r.retired_at >= h.started_at, 0) OR final OR (silent_for_ > retire_after_))) AS retired
-FROM sevents.heartbeats_latest AS h
-FINAL
+    groupArrayIf(vm_id, (silent_for_ > silent_after_) AND (ifNull(r.retired_at >= h.collector_started_at, 0) OR h.said_final OR (silent_for_ > retire_after_))) AS retired
+FROM
+(
+    SELECT
+        vm_id,
+        max(observed_at) AS last_heartbeat_at,
+        argMax(started_at, observed_at) AS collector_started_at,
+        argMax(final, observed_at) AS said_final
+    FROM sevents.heartbeats_latest
+    WHERE vm_id IN (
+        SELECT tupleElement(arrayJoin(holders), 'vm_id')
+        FROM sevents.event_history
+        WHERE last_held_at >= horizon_
+    )
+    GROUP BY vm_id
+) AS h
 LEFT JOIN
 (
     SELECT
@@ -1527,12 +1540,7 @@ LEFT JOIN
         WHERE last_held_at >= horizon_
     )
     GROUP BY vm_id
-) AS r USING (vm_id)
-WHERE vm_id IN (
-    SELECT tupleElement(arrayJoin(holders), 'vm_id')
-    FROM sevents.event_history
-    WHERE last_held_at >= horizon_
-);
+) AS r USING (vm_id);
 
 -- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
 --   still showing it reports (view, last defined by 0022_stored_event_vms)
