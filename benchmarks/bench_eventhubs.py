@@ -32,6 +32,7 @@ waves, worker b gets SIGKILL and is started again at once under the same owner i
   handed over from each;
 - lost (in the hub, not in ClickHouse) and duplicated (rows beyond one per transition_id after FINAL);
 - the webhook: each Preempt and Terminate transition's post, from the true change to its arrival (eh_webhook.py);
+- the store service's batches: how many, their records at p50, and each store's seconds at p50 and p99;
 - the load average at the start and the end of the run (the machine may be shared).
 
 The endpoint is on loopback: the figures show what the transport's batching, the workers and the insert add,
