@@ -84,7 +84,7 @@ from dashboards.generate import outputs
 from dashboards.macros import QueryContext, expand
 from dashboards.templating import ALL, Selection, apply
 from ingest import lifecycle_store, queries
-from ingest.clickhouse import CLIENT_ERRORS, connect
+from ingest.clickhouse import CLIENT_ERRORS, as_command, connect
 from ingest.migrate import Target, migrate
 
 SET_SIZE = 50
@@ -1007,4 +1007,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(as_command(main)())  # the embedded engine closed before the interpreter exits

@@ -68,7 +68,7 @@ from eh_stages import STAGES, journeys, slowest, summary  # noqa: E402
 from eh_webhook import WebhookReceiver, webhook_latencies  # noqa: E402
 
 from ingest import lifecycle_refresher  # noqa: E402
-from ingest.clickhouse import connect  # noqa: E402
+from ingest.clickhouse import as_command, connect  # noqa: E402
 from ingest.handler import Handler  # noqa: E402
 from ingest.migrate import Target, migrate  # noqa: E402
 from ingest.output import table  # noqa: E402
@@ -472,4 +472,4 @@ def _stored_ids(client: Any) -> set[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(as_command(main)())  # the embedded engine closed before the interpreter exits

@@ -60,7 +60,7 @@ sys.path[:0] = [str(ROOT)]  # run as a script: its sibling module by its package
 
 from benchmarks.heartbeat_fleet import MINUTE_MS, Fleet, same_as_synthetic  # noqa: E402
 from ingest.batching import BatchPolicy  # noqa: E402
-from ingest.clickhouse import connect  # noqa: E402
+from ingest.clickhouse import as_command, connect  # noqa: E402
 from ingest.output import table  # noqa: E402
 from ingest.settings import IngestSettings  # noqa: E402
 from ingest.source import Deliver, Delivery  # noqa: E402
@@ -536,4 +536,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(as_command(main)())  # the embedded engine closed before the interpreter exits

@@ -41,7 +41,7 @@ import orjson
 
 from demo import synthetic
 from ingest import lifecycle_refresher
-from ingest.clickhouse import connect
+from ingest.clickhouse import as_command, connect
 from ingest.handler import Handler
 from ingest.migrate import Target, migrate
 from ingest.output import table
@@ -186,4 +186,4 @@ def _ingest(handler: Handler, batches: list[list[Delivery]]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(as_command(main)())  # the embedded engine closed before the interpreter exits

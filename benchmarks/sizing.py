@@ -43,7 +43,7 @@ from bench_dashboards import (  # beside this file: run as a script
     transitions_sql,
 )
 
-from ingest.clickhouse import connect
+from ingest.clickhouse import as_command, connect
 from ingest.migrate import Target, migrate
 from ingest.retention import Retention
 
@@ -387,4 +387,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(as_command(main)())  # the embedded engine closed before the interpreter exits

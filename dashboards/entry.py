@@ -20,5 +20,6 @@ def main() -> int:
 
 def _load() -> Callable[[], int]:
     from dashboards.report import main as run
+    from ingest.clickhouse import as_command
 
-    return run
+    return as_command(run)  # the embedded engine closed before the interpreter exits

@@ -15,7 +15,8 @@ import pwd
 import re
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
@@ -81,6 +82,9 @@ log = logging.getLogger(__name__)
 
 PASSWORD_ENV = "SEVENTS_CLICKHOUSE_PASSWORD"  # noqa: S105 -- a variable name, not a password
 
+# Every embedded client ``connect`` opened and not yet garbage: ``close_embedded`` closes them before exit.
+_EMBEDDED: weakref.WeakSet[Any] = weakref.WeakSet()
+
 
 def target_problems(target: str) -> list[str]:
     """What is wrong with a ``--clickhouse`` value (empty when it is usable)."""
@@ -141,7 +145,9 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
             raise TargetError(problem)
     try:
         if parsed.scheme == "chdb":
-            return clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}", settings=dict(settings or {}))
+            client = clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}", settings=dict(settings or {}))
+            _EMBEDDED.add(client)
+            return client
         return clickhouse_connect.get_client(
             host=parsed.hostname,
             port=parsed.port or (8443 if parsed.scheme == "https" else 8123),
@@ -163,6 +169,35 @@ def connect(target: str, *, password: str = "", settings: Mapping[str, Any] | No
                 f"check that the directory and everything in it are writable by user {_user()}"
             ) from error
         raise TargetError(f"cannot connect to ClickHouse at {_safe(target)}: {text}") from error
+
+
+def close_embedded() -> int:
+    """Close every embedded client still open; returns how many. Each close waits for its query in flight.
+
+    The embedded engine shuts down when its last client closes. Left open at interpreter exit, it is torn down
+    by the engine's static destructors while its worker threads still run, which now and then kills the process
+    with SIGSEGV after its work is done (and its exit code is then lost). A thread that queries afterwards gets
+    the client's "closed" error instead of a half-destroyed engine.
+    """
+    clients = list(_EMBEDDED)
+    for client in clients:
+        client.close()
+        _EMBEDDED.discard(client)
+    return len(clients)
+
+
+def as_command(main: Callable[[], int]) -> Callable[[], int]:
+    """``main`` as the whole process (a console script): the embedded clients it leaves open are closed after it
+    returns or raises, before the interpreter exits (``close_embedded``)."""
+
+    def command() -> int:
+        try:
+            return main()
+        finally:
+            closed = close_embedded()
+            log.debug("embedded clients closed before exit", extra={"clients": closed})
+
+    return command
 
 
 def connect_waiting(

@@ -63,7 +63,8 @@ class Refresher:
         self._pending: set[str] = set()
         self._last: float | None = None  # when the last refresh began
         self._swept: float | None = None  # when the last sweep began (None: not since the start)
-        self._timer: threading.Timer | None = None
+        self._timer: threading.Timer | None = None  # armed and not yet begun
+        self._timers: list[threading.Timer] = []  # every timer started and perhaps still refreshing
         self._closed = False
 
     def touched(self, event_ids: Iterable[str]) -> None:
@@ -101,11 +102,15 @@ class Refresher:
             self._run(ids)
 
     def close(self) -> None:
-        """Stop the timer and refresh what is put off; a failure is logged (the marks keep it for the sweep)."""
+        """Stop the timer, wait for a refresh it began, and refresh what is put off; a failure is logged (the
+        marks keep it for the sweep). Nothing refreshes after it returns, so the client may then be closed."""
         with self._lock:
             self._closed = True
-            if self._timer is not None:
-                self._timer.cancel()
+            timers, self._timers = self._timers, []
+        for timer in timers:
+            timer.cancel()
+            if timer is not threading.current_thread():
+                timer.join()
         self._flush_logged()
 
     def sweep(self) -> int:
@@ -151,6 +156,7 @@ class Refresher:
             return
         self._timer = threading.Timer(max(0.0, delay), self._timed)
         self._timer.daemon = True
+        self._timers = [t for t in self._timers if t.is_alive()] + [self._timer]
         self._timer.start()
 
     def _timed(self) -> None:

@@ -65,6 +65,7 @@ class ReadServer:
         self._server.daemon_threads = True
         self._client = client
         self._lock = threading.Lock()  # the client's database is per asker: one query at a time
+        self._closed = False
         self._thread = threading.Thread(target=self._server.serve_forever, name="ingest-read", daemon=True)
         self._thread.start()
         log.info("answering read-only queries", extra={"socket": str(self.path)})
@@ -73,6 +74,8 @@ class ReadServer:
         try:
             asked = json.loads(request)
             with self._lock:
+                if self._closed:
+                    raise ReadError("the ingest is stopping: ask again once it has stopped")
                 # the asker's database: audit queries name their tables without one
                 self._client.database = asked.get("database") or "default"
                 _refuse_writes(self._client, asked["sql"])
@@ -88,9 +91,13 @@ class ReadServer:
         return json.dumps(answer).encode()
 
     def close(self) -> None:
+        """Stop listening, and wait for an answer in flight: none runs after this returns, so the ingest may then
+        close the client."""
         self._server.shutdown()
         self._server.server_close()
         self.path.unlink(missing_ok=True)
+        with self._lock:
+            self._closed = True
 
 
 def _refuse_writes(client: Any, sql: str) -> None:

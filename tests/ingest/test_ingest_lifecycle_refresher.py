@@ -132,6 +132,35 @@ def test_close_refreshes_what_is_put_off_and_a_failure_keeps_it_stale() -> None:
     assert store.stale() == []
 
 
+def test_close_waits_for_a_refresh_the_timer_began() -> None:
+    """A timer's refresh in flight when the ingest stops ends before ``close`` returns: the client is closed next,
+    and a query still running then would meet a closed engine."""
+    clock = FakeClock()
+    store = Store(clock)
+    began, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_refresh(ids: list[str]) -> None:
+        if ids == ["E-2"]:
+            began.set()
+            release.wait(30)
+            order.append("timer's refresh ended")
+        store.refresh(ids)
+
+    refresher = Refresher(slow_refresh, store.stale, clock=clock.monotonic, every=0.05)
+    store.batch(refresher, ["E-1"])
+    store.batch(refresher, ["E-2"])  # put off: the timer refreshes it
+    assert began.wait(30), "the timer's refresh did not begin"
+    closing = threading.Thread(target=lambda: (refresher.close(), order.append("close returned")))
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive(), "close returned while the timer's refresh was still running"
+    release.set()
+    closing.join(30)
+    assert order == ["timer's refresh ended", "close returned"]
+    assert store.stale() == []
+
+
 def test_the_first_batch_sweeps_what_an_earlier_process_put_off() -> None:
     """A worker died with refreshes put off: the next writer's first batch refreshes them, heartbeats-only or not."""
     clock = FakeClock()

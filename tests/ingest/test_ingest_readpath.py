@@ -7,6 +7,8 @@ because the embedded engine writes that file from the ingest's own process.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from ingest.readpath import ReadClient, ReadError, ReadServer
+from tests.helpers import wait_for
 
 
 @pytest.fixture
@@ -71,3 +74,22 @@ def test_a_string_that_merely_reads_select_is_still_parsed_by_clickhouse(asker: 
     """The decision is the engine's parser, not a prefix match: text that is not a query is a clean error."""
     with pytest.raises(ReadError, match=r"(?i)syntax"):
         asker.query("SELECTED nothing")
+
+
+def test_close_waits_for_an_answer_in_flight_and_refuses_later_ones(ch: Any, db: str, tmp_path: Path) -> None:
+    """The ingest closes its client after the read socket: an answer still running then would query a closed
+    engine, so ``close`` waits for it, and any asked later is told the ingest is stopping."""
+    server = ReadServer(tmp_path, ch)
+    answers: list[dict[str, Any]] = []
+
+    def ask(sql: str) -> None:
+        answers.append(json.loads(server.answer(json.dumps({"sql": sql, "database": db}).encode())))
+
+    asking = threading.Thread(target=ask, args=("SELECT sleep(0.5) AS slept",))
+    asking.start()
+    wait_for(server._lock.locked, 30, what="the answer to begin")
+    server.close()
+    assert answers == [{"columns": ["slept"], "rows": [[0]]}], "close returned before the answer in flight"
+    asking.join(30)
+    ask("SELECT 1")
+    assert "the ingest is stopping" in answers[1]["error"]
