@@ -257,7 +257,7 @@ def _start(name: str, directory: Path, config: Path, env: dict[str, str], log: P
     command = [
         sys.executable,
         "-c",
-        "import sys; from ingest.cli import main; sys.exit(main())",
+        "import sys; from ingest.entry import main; sys.exit(main())",
         "coordinate",
         "--config",
         str(config),

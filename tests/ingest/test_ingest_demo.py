@@ -20,7 +20,7 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from demo.cli import main; sys.exit(main())",
+            "import sys; from demo.entry import main; sys.exit(main())",
             "--workdir",
             str(tmp_path / "demo"),
             "--speed",
@@ -57,7 +57,7 @@ def test_demo_runs_the_fleet_and_matches_ground_truth(tmp_path: Path) -> None:
 
 
 def _demo(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from demo.cli import main; sys.exit(main())"
+    code = "import sys; from demo.entry import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -122,7 +122,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
     """SIGINT while the fleet runs: exit 130, one line on stderr, no traceback, no collector process left behind."""
     workdir = tmp_path / "demo"
-    code = "import sys; from demo.cli import main; sys.exit(main())"
+    code = "import sys; from demo.entry import main; sys.exit(main())"
     demo = subprocess.Popen(
         [sys.executable, "-c", code, "--workdir", str(workdir)],
         stdout=subprocess.PIPE,
