@@ -29,7 +29,8 @@ ONE_ID = "SELECT {event_id:String}"
 
 def held_events(db: str = "") -> str:
     """The events some VM still showed when their lifecycle was last computed, seen in the last 30 days: a superset
-    of those active now (``events`` decides, from those VMs' silence now), found without reading ``events``."""
+    of those active now (``events`` decides, from those VMs' silence now), found without reading ``events``: through
+    event_history's projection sorted by last_held_at (migration 0024), the recent granules only."""
     return f"SELECT event_id FROM {db}event_history WHERE last_held_at >= now64(3) - INTERVAL {LOOKBACK_DAYS} DAY"
 
 

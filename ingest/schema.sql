@@ -777,11 +777,18 @@ CREATE TABLE sevents.event_history
     `seen_by` LowCardinality(String),
     `platform_status` LowCardinality(String),
     `outcome_source` LowCardinality(String),
-    `computed_at` DateTime64(6, 'UTC')
+    `computed_at` DateTime64(6, 'UTC'),
+    PROJECTION by_last_held
+    (
+        SELECT
+            event_id,
+            last_held_at
+        ORDER BY last_held_at
+    )
 )
 ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY event_id
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 256, deduplicate_merge_projection_mode = 'rebuild';
 
 -- event_refresh_queue: a mark per event each stored batch of impacts or approvals named (written by the INSERT, through
 --   the views below; transitions mark event_rollup.stored_at): a sweep refreshes the events whose event_history row is
@@ -860,7 +867,7 @@ CREATE TABLE sevents.event_vm_history
 )
 ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY (event_id, vm_id)
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 256;
 
 -- vm_status: per VM: reporting, silent or retired, and why (view, last defined by 0006_rollups)
 CREATE VIEW sevents.vm_status
