@@ -86,6 +86,19 @@ def _affected(since: str) -> str:
     )
 
 
+def _affecting(ids: str) -> str:
+    """``_affected`` for a few events known beforehand (``ids``): looked up in their stored VM rows
+    (``event_vm_history``, keyed by EventId, written with each event's lifecycle), so the cost follows those
+    events, not the fleet's transitions over the lookback. For a range's events the scan of its transitions is
+    cheaper: they are many, and each costs a granule of ``event_vm_history``."""
+    everything = " AND ".join(f"$__conditionalAll(0, ${name})" for name, _, _ in VM_VARIABLES)
+    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
+    return (
+        f"(({everything}) OR event_id IN (SELECT event_id FROM {DB}.event_vm_history "
+        f"WHERE event_id IN ({ids}) AND affects_this_vm AND {chosen}))"
+    )
+
+
 def event_filter(since: str = "$__fromTime") -> str:
     """For the ``events`` view (one row per EventId): type, and the affected VMs' attributes (``_affected``).
 
@@ -96,8 +109,9 @@ def event_filter(since: str = "$__fromTime") -> str:
 
 
 def active_event_filter() -> str:
-    """``event_filter`` for panels of what is active now (no time range)."""
-    return event_filter("now64(3)")
+    """``event_filter`` for panels of what is active now (no time range, with ``since(ACTIVE_IDS)``): the few
+    active events' own VM rows (``_affecting``)."""
+    return f"{event_type_filter()} AND {_affecting(ACTIVE_IDS)}"
 
 
 def event_vm_filter() -> str:

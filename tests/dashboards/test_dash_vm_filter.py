@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dashboards.filters import DB, VM_VARIABLES
@@ -30,26 +30,38 @@ OPTIONS = {
 }
 
 
-def _shown(ch: Any, db: str, **chosen: str) -> set[str]:
-    """The EventIds the timeline's Events panel shows with ``chosen`` (variable -> one value), the rest All."""
+UPCOMING = ("sevents-fleet", "Upcoming Reboot, Redeploy, Terminate and Preempt")
+
+
+def _shown(ch: Any, db: str, board: tuple[str, str] = ("sevents-timeline", "Events"), **chosen: str) -> set[str]:
+    """The EventIds a panel (the timeline's Events unless ``board``) shows with ``chosen`` (variable -> one value),
+    the rest All."""
     variables = {name: all_of(OPTIONS[name]) for name, _, _ in VM_VARIABLES}
     variables |= {name: Selection(values=(value,), options=OPTIONS[name]) for name, value in chosen.items()}
     variables["event_type"] = all_of(("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"))
     variables["event_id"] = Selection(values=("",), multi=False)
-    sql = panel("sevents-timeline", "Events").sql.replace(f"{DB}.", f"{db}.")
+    sql = panel(*board).sql.replace(f"{DB}.", f"{db}.")
     at = synthetic.BASE_TIME
     rows = run(ch, sql, variables, context(at - timedelta(hours=1), at + timedelta(hours=1))).dicts()
     return {str(row["event_id"]) for row in rows}
 
 
-def test_set_and_fault_domain_chosen_together_mean_that_domain_of_that_set(engine: Engine) -> None:
+def _stored(engine: Engine, at: datetime = synthetic.BASE_TIME) -> tuple[Any, str]:
+    """A database of its own holding AFFECTED's transitions observed at ``at``, their lifecycles computed."""
     ch, db = engine.client, "vmf_" + uuid.uuid4().hex[:10]
     migrate(ch, Target(database=db))
     records = []
     for event_id, vm_index, scale_set in AFFECTED:
-        record = synthetic.transition(vm_index=vm_index, event_id=event_id)
+        record = synthetic.transition(
+            vm_index=vm_index, event_id=event_id, observed_at=at, not_before=at + timedelta(minutes=15)
+        )
         records.append({**record, "scale_set": scale_set})
     Handler(Writer(ch, db), source="test", stop=threading.Event())(deliveries(records))
+    return ch, db
+
+
+def test_set_and_fault_domain_chosen_together_mean_that_domain_of_that_set(engine: Engine) -> None:
+    ch, db = _stored(engine)
 
     assert _shown(ch, db) == {"E-1", "E-2"}
     assert _shown(ch, db, scale_set="S1", fault_domain="0") == {"E-2"}  # E-1's VM in domain 0 is in S2
@@ -58,3 +70,16 @@ def test_set_and_fault_domain_chosen_together_mean_that_domain_of_that_set(engin
     assert _shown(ch, db, scale_set="S2", fault_domain="1") == set()
     assert _shown(ch, db, vm=synthetic.vm(3)["vm_name"], scale_set="S2") == {"E-1"}
     assert _shown(ch, db, subscription="00000000-0000-0000-0000-000000000000") == set()
+
+
+def test_the_active_panels_filter_the_same_way_from_the_events_vm_rows(engine: Engine) -> None:
+    """ "Upcoming" (the active set) looks the chosen VMs up in the active events' stored VM rows, not in the
+    fleet's transitions, with the same meaning: one affected VM matching every variable chosen."""
+    ch, db = _stored(engine, datetime.now(UTC) - timedelta(minutes=1))
+    assert _shown(ch, db, UPCOMING) == {"E-1", "E-2"}
+    assert _shown(ch, db, UPCOMING, scale_set="S1", fault_domain="0") == {"E-2"}
+    assert _shown(ch, db, UPCOMING, scale_set="S1") == {"E-1", "E-2"}
+    assert _shown(ch, db, UPCOMING, scale_set="S2", fault_domain="1") == set()
+    assert _shown(ch, db, UPCOMING, vm=synthetic.vm(3)["vm_name"], scale_set="S2") == {"E-1"}
+    assert _shown(ch, db, UPCOMING, vm=synthetic.vm(6)["vm_name"]) == {"E-2"}
+    assert _shown(ch, db, UPCOMING, subscription="00000000-0000-0000-0000-000000000000") == set()
