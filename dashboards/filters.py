@@ -72,31 +72,29 @@ def event_type_filter() -> str:
     return _any("event_type", "event_type")
 
 
-def _affected(since: str) -> str:
-    """The events that affect a VM matching every VM variable chosen (one subquery for all of them: each chosen
-    variable is a condition on the same row, so set and fault domain chosen together mean that domain of that set).
-    With every one on All the subquery is never run: the first term is ``1=1 AND ...``, which ClickHouse folds
-    to true before it builds the subquery's set."""
+def _affected_in(rows: str) -> str:
+    """The events that affect a VM matching every VM variable chosen, found in ``rows`` (``table WHERE ...``: rows
+    with the VM columns and ``affects_this_vm``). One subquery for all of them: each chosen variable is a condition
+    on the same row, so set and fault domain chosen together mean that domain of that set. With every one on All
+    the subquery is never run: the first term is ``1=1 AND ...``, which ClickHouse folds to true before it builds
+    the subquery's set."""
     everything = " AND ".join(f"$__conditionalAll(0, ${name})" for name, _, _ in VM_VARIABLES)
     chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
-    # time-ordered transitions from `since` on: the cost follows the range, not the history
-    return (
-        f"(({everything}) OR event_id IN (SELECT event_id FROM {DB}.transitions_by_time "
-        f"WHERE observed_at >= {since} AND affects_this_vm AND {chosen}))"
-    )
+    return f"(({everything}) OR event_id IN (SELECT event_id FROM {rows} AND affects_this_vm AND {chosen}))"
+
+
+def _affected(since: str) -> str:
+    """``_affected_in`` the time-ordered transitions from ``since`` on: the cost follows the range, not the
+    history."""
+    return _affected_in(f"{DB}.transitions_by_time WHERE observed_at >= {since}")
 
 
 def _affecting(ids: str) -> str:
-    """``_affected`` for a few events known beforehand (``ids``): looked up in their stored VM rows
-    (``event_vm_history``, keyed by EventId, written with each event's lifecycle), so the cost follows those
-    events, not the fleet's transitions over the lookback. For a range's events the scan of its transitions is
-    cheaper: they are many, and each costs a granule of ``event_vm_history``."""
-    everything = " AND ".join(f"$__conditionalAll(0, ${name})" for name, _, _ in VM_VARIABLES)
-    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
-    return (
-        f"(({everything}) OR event_id IN (SELECT event_id FROM {DB}.event_vm_history "
-        f"WHERE event_id IN ({ids}) AND affects_this_vm AND {chosen}))"
-    )
+    """``_affected_in`` the stored VM rows of a few events known beforehand (``ids``; ``event_vm_history``, keyed by
+    EventId, written with each event's lifecycle), so the cost follows those events, not the fleet's transitions
+    over the lookback. For a range's events the scan of its transitions is cheaper: they are many, and each costs
+    a granule of ``event_vm_history``."""
+    return _affected_in(f"{DB}.event_vm_history WHERE event_id IN ({ids})")
 
 
 def event_filter(since: str = "$__fromTime") -> str:

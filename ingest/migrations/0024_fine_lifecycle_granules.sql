@@ -16,9 +16,10 @@
 -- The granule size is fixed when a table is created, so each table is rebuilt: a copy in the new granules, the
 -- rows copied, the two swapped (EXCHANGE: readers and the views see the table under its name throughout), the
 -- old one dropped. Rows the ingest writes during the copy land in the old table and are lost with it; their
--- events stay marked (event_refresh_queue, event_rollup.stored_at), and the ingest's sweep at its next start
--- computes them again. Run again after a failure, each step repeats harmlessly: a copied row twice is one version
--- (ReplacingMergeTree), and a failure between the swap and the drop leaves every row in the table in use.
+-- events stay marked (event_refresh_queue, event_rollup.stored_at), and the ingest's sweep (at its start and every
+-- minute) computes them again. Run again after a failure, each step repeats harmlessly: a copied row twice is one
+-- version (ReplacingMergeTree). After a failure between a swap and its drop, the run again swaps the old table
+-- back: every row is kept, in the old granules (correct, only slower).
 
 -- @distributed event_history_fine cityHash64(event_id)
 CREATE TABLE IF NOT EXISTS ${db}.event_history_fine${local} ${on_cluster} AS ${db}.event_history${local}
