@@ -437,7 +437,7 @@ def _refresh_all(client: Any) -> float:
 Variables = Mapping[str, Selection]
 
 
-def _all_placeholder() -> dict[str, Selection]:
+def all_placeholder() -> dict[str, Selection]:
     """ "All" of every variable without asking the database: no panel substitutes a variable's options outside
     ``$__conditionalAll`` (which turns All into ``1=1``), so a placeholder option list gives the same SQL."""
     variables = {
@@ -465,7 +465,7 @@ def dashboard_panels(
     range: variables applied by the frontend (``selections[uid]``, "All" when not given), macros by the backend."""
     boards: dict[str, dict[str, tuple[str, QueryContext]]] = {}
     for uid, model in dashboard_models().items():
-        variables = (selections or {}).get(uid) or _all_placeholder()
+        variables = (selections or {}).get(uid) or all_placeholder()
         span = _span(model.get("time", {}).get("from", "now-6h"))
         found = boards.setdefault(uid, {})
         for panel in model.get("panels", []):

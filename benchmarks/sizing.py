@@ -55,7 +55,7 @@ VIEWERS = (5, 50)
 WORKERS = 4  # ingest workers (Event Hubs partitions read at once): each flushes its batch at least every wait
 BATCH_ROWS, BATCH_WAIT_S = 10_000, 1.0  # ingest.settings: batch_max_records, batch_max_wait
 # tables an insert of each record table writes a part to on every shard (itself and its views' local tables)
-PARTS_PER_INSERT = {"heartbeats": 3, "transitions": 5}
+PARTS_PER_INSERT = {"heartbeats": 3, "transitions": 6}
 DAY_S = 86_400
 HEARTBEATS_PER_VM_DAY = 1440  # one a minute
 
@@ -89,6 +89,7 @@ DRIVERS: dict[str, tuple[str, str | None]] = {
     "impacts": ("transitions", "history"),
     "approvals": ("transitions", "history"),
     "vm_retirements": ("vms", None),
+    "transition_observers": ("vms", None),
     "azure_vms": ("vms", None),
 }
 

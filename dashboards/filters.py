@@ -83,10 +83,17 @@ def _affected_in(rows: str) -> str:
     return f"(({everything}) OR event_id IN (SELECT event_id FROM {rows} AND affects_this_vm AND {chosen}))"
 
 
+def _chosen_vms() -> str:
+    """The ids of the VMs that observed transitions with an identity matching every VM variable chosen
+    (``transition_observers``: a row per VM and identity)."""
+    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
+    return f"SELECT vm_id FROM {DB}.transition_observers WHERE {chosen}"
+
+
 def _affected(since: str) -> str:
-    """``_affected_in`` the time-ordered transitions from ``since`` on: the cost follows the range, not the
-    history."""
-    return _affected_in(f"{DB}.transitions_by_time WHERE observed_at >= {since}")
+    """``_affected_in`` the chosen VMs' transitions from ``since`` on (``transitions``, sorted by VM): the cost
+    follows the VMs chosen and the range, not the fleet or the history."""
+    return _affected_in(f"{DB}.transitions WHERE vm_id IN ({_chosen_vms()}) AND observed_at >= {since}")
 
 
 def _affecting(ids: str) -> str:

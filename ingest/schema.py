@@ -46,6 +46,9 @@ PURPOSE: Final = {
     "transitions_by_time": "transitions in time order, narrow: what time-range panels (state timeline, ingest lag) "
     "read",
     "transitions_by_time_mv": "keeps transitions_by_time from every transition inserted",
+    "transition_observers": "each VM once per identity it observed transitions with (subscription, location, scale "
+    "set, fault domain, name): the ids of the VMs a panel's VM variables choose",
+    "transition_observers_mv": "keeps transition_observers from every transition inserted",
     "event_vm_rollup": "per (EventId, VM): first and last values of the lifecycle as aggregate states, merged by "
     "event_vms",
     "event_vm_rollup_mv": "keeps event_vm_rollup from every transition inserted",

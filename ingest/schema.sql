@@ -869,6 +869,42 @@ ENGINE = ReplacingMergeTree(computed_at)
 ORDER BY (event_id, vm_id)
 SETTINGS index_granularity = 256;
 
+-- transition_observers: each VM once per identity it observed transitions with (subscription, location, scale set,
+--   fault domain, name): the ids of the VMs a panel's VM variables choose (table, last defined by
+--   0025_transition_observers)
+CREATE TABLE sevents.transition_observers
+(
+    `vm_id` String,
+    `subscription_id` LowCardinality(String),
+    `location` LowCardinality(String),
+    `scale_set` LowCardinality(String),
+    `fault_domain` Nullable(UInt16),
+    `vm_name` String
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (vm_id, subscription_id, location, scale_set, vm_name, ifNull(toInt32(fault_domain), -1))
+SETTINGS index_granularity = 8192;
+
+-- transition_observers_mv: keeps transition_observers from every transition inserted (materialized view, last defined
+--   by 0025_transition_observers)
+CREATE MATERIALIZED VIEW sevents.transition_observers_mv TO sevents.transition_observers
+(
+    `vm_id` String,
+    `subscription_id` LowCardinality(String),
+    `location` LowCardinality(String),
+    `scale_set` LowCardinality(String),
+    `fault_domain` Nullable(UInt16),
+    `vm_name` String
+)
+AS SELECT DISTINCT
+    vm_id,
+    subscription_id,
+    location,
+    scale_set,
+    fault_domain,
+    vm_name
+FROM sevents.transitions;
+
 -- vm_status: per VM: reporting, silent or retired, and why (view, last defined by 0006_rollups)
 CREATE VIEW sevents.vm_status
 (

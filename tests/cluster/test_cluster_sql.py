@@ -27,6 +27,7 @@ import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
 from benchmarks import bench_dashboards
+from dashboards.templating import Selection
 from demo import synthetic
 from ingest import lifecycle_store, queries
 from ingest.decode import DEFAULT_LIMITS
@@ -61,7 +62,7 @@ _REPLICATED = re.compile(
 # the tables sharded by VM: every record of a VM, and every rollup keyed by VM, on the VM's shard
 BY_VM = {
     "transitions", "heartbeats", "heartbeats_latest", "event_vm_rollup", "vm_retirements", "transitions_by_time",
-    "heartbeat_hours", "impacts", "approvals", "attested_keys", "azure_vms",
+    "heartbeat_hours", "impacts", "approvals", "attested_keys", "azure_vms", "transition_observers",
 }  # fmt: skip
 NOW = datetime.now(UTC).replace(microsecond=0)
 GLOBAL = {"distributed_product_mode": "global"}
@@ -261,16 +262,25 @@ def test_every_view_answers_through_distributed_tables_as_on_one_node(engine: An
         on_one = queries.run(engine, query, single, **bound)
         assert queries.run(engine, query, clustered, **bound) == on_one, query.name
     engine.database = None
-    answered = 0
-    for name, (sql, _ctx) in bench_dashboards.grafana_queries(NOW).items():
+    answered: set[str] = set()
+    # every panel and alert with All, then the panels with one VM chosen (vm 0, which saw E-over): the range
+    # panels find its events through transition_observers and its transitions, on its shard
+    vm_0 = Selection(values=(synthetic.vm(0)["vm_name"],), options=("x",))
+    chosen = {**bench_dashboards.all_placeholder(), "vm": vm_0}
+    concrete = bench_dashboards.dashboard_panels(NOW, dict.fromkeys(bench_dashboards.dashboard_models(), chosen))
+    picked = {f"{name} (vm 0)": q for board in concrete.values() for name, q in board.items()}
+    assert sum("transition_observers" in sql for sql, _ in picked.values()) >= 5
+    for name, (sql, _ctx) in {**bench_dashboards.grafana_queries(NOW), **picked}.items():
         if "ingested_at" in sql:  # ingest lag: the two databases stored the records at different moments
             continue
         counted, again, differ = differences(
             engine, sql.replace("sevents.", f"{single}."), sql.replace("sevents.", f"{clustered}.")
         )
         assert (again, differ) == (counted, 0), name
-        answered += counted > 0
-    assert answered > 10  # the fleet gives most panels something to show
+        if counted:
+            answered.add(name)
+    assert len(answered) > 10  # the fleet gives most panels something to show
+    assert "panel sevents-timeline: Events (vm 0)" in answered  # E-over, found through vm 0's own transitions
 
 
 def test_a_retried_batch_is_deduplicated_on_the_shard_through_the_distributed_table(
