@@ -39,9 +39,12 @@ SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = {{d
 WHERE event_id IN {{ids:Array(String)}}
 """
 
+# refresh_all's slices: the events whose EventId hashes to {slice} of {slices} (the filter is on the views' window
+# key, so ClickHouse applies it before their windows and aggregations).
 _ALL: Final = """
 INSERT INTO {db}.event_history
 SELECT *, now64(6) AS computed_at FROM {db}.event_evidence_since(since_day = toDate('1970-01-01'))
+WHERE cityHash64(event_id) % {{slices:UInt32}} = {{slice:UInt32}}
 """
 
 # Each observing VM's row of the events (migration 0022), written before the event's own: event_history's
@@ -55,7 +58,13 @@ WHERE event_id IN {{ids:Array(String)}}
 _ALL_VMS: Final = """
 INSERT INTO {db}.event_vm_history
 SELECT *, now64(6) AS computed_at FROM {db}.event_vm_evidence_since(since_day = toDate('1970-01-01'))
+WHERE cityHash64(event_id) % {{slices:UInt32}} = {{slice:UInt32}}
 """
+
+# (event, VM) pairs of the history: refresh_all computes at most SLICE_PAIRS of them in one statement. The per-VM
+# view's windows are not spilled to disk: a year of 100,000 VMs (16.7 M pairs) at once needed more than 21 GiB.
+_PAIRS: Final = "SELECT count() FROM {db}.event_vm_rollup"
+SLICE_PAIRS: Final = 2_000_000
 
 # The marks: event_rollup.stored_at for transitions, event_refresh_queue for impacts and approvals (migration
 # 0018); a week back, as long as the queue keeps its marks. An event missing from event_history joins with
@@ -118,8 +127,18 @@ def stale(client: Any, database: str, settings: Mapping[str, Any] | None = None)
     return [row[0] for row in client.query(_STALE.format(db=database), settings=options).result_rows]
 
 
-def refresh_all(client: Any, database: str, settings: Mapping[str, Any] | None = None) -> None:
-    """Compute every event of the history again (after loading rows by other means than the ingest)."""
-    spill = {"max_bytes_before_external_group_by": 1_000_000_000}
-    for statement in (_ALL_VMS, _ALL):
-        client.command(statement.format(db=database), settings={**_SETTINGS, **spill, **dict(settings or {})})
+def refresh_all(
+    client: Any, database: str, settings: Mapping[str, Any] | None = None, slice_pairs: int = SLICE_PAIRS
+) -> int:
+    """Compute every event of the history again (after loading rows by other means than the ingest), in slices of
+    the EventIds of about ``slice_pairs`` (event, VM) pairs each, so that memory follows the slice, not the
+    history. Returns the number of slices."""
+    options = {**_SETTINGS, "max_bytes_before_external_group_by": 1_000_000_000, **dict(settings or {})}
+    pairs = int(client.query(_PAIRS.format(db=database), settings=options).result_rows[0][0])
+    slices = max(1, -(-pairs // slice_pairs))
+    for slice_ in range(slices):
+        for statement in (_ALL_VMS, _ALL):
+            client.command(
+                statement.format(db=database), parameters={"slices": slices, "slice": slice_}, settings=options
+            )
+    return slices

@@ -71,6 +71,22 @@ def test_every_batch_leaves_the_stored_lifecycles_equal_to_the_evidence(ch: Any,
     assert outcomes[-1] == {"E-1": "completed", "E-2": "active"}
 
 
+def test_refresh_all_in_slices_stores_every_event_as_the_evidence_says(ch: Any, db: str, handler: Handler) -> None:
+    """Rows stored without the ingest's refresh (as a bulk load does) are computed by ``refresh_all``, a slice of the
+    EventIds at a time: every event and every (event, VM) once, whatever the number of slices."""
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    lifecycles = [synthetic.lifecycle(f"E-{event}", vm, start=start) for event in range(12) for vm in range(3)]
+    handler(deliveries([record for lifecycle in lifecycles for record in lifecycle]))
+    ch.command(f"TRUNCATE TABLE {db}.event_history")
+    ch.command(f"TRUNCATE TABLE {db}.event_vm_history")
+
+    assert lifecycle_store.refresh_all(ch, db, slice_pairs=5) > 3  # 36 pairs (and their rollup rows): many slices
+    assert len(_stored(ch, db)) == 12
+    assert _stored(ch, db) == _computed(ch, db)
+    assert len(_vms_agree(ch, db)) == 36
+    assert set(_outcomes(ch, db).values()) == {"completed"}
+
+
 def test_a_redelivered_batch_changes_no_stored_lifecycle(ch: Any, db: str, handler: Handler) -> None:
     """At-least-once delivery: the same batch again computes the same rows (only computed_at moves)."""
     batch = synthetic.lifecycle("E-1", 0)
