@@ -79,15 +79,13 @@ def _affected_in(rows: str) -> str:
     the subquery is never run: the first term is ``1=1 AND ...``, which ClickHouse folds to true before it builds
     the subquery's set."""
     everything = " AND ".join(f"$__conditionalAll(0, ${name})" for name, _, _ in VM_VARIABLES)
-    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
-    return f"(({everything}) OR event_id IN (SELECT event_id FROM {rows} AND affects_this_vm AND {chosen}))"
+    return f"(({everything}) OR event_id IN (SELECT event_id FROM {rows} AND affects_this_vm AND {vm_filter()}))"
 
 
 def _chosen_vms() -> str:
     """The ids of the VMs that observed transitions with an identity matching every VM variable chosen
     (``transition_observers``: a row per VM and identity)."""
-    chosen = " AND ".join(_any(column, name) for name, _, column in VM_VARIABLES)
-    return f"SELECT vm_id FROM {DB}.transition_observers WHERE {chosen}"
+    return f"SELECT vm_id FROM {DB}.transition_observers WHERE {vm_filter()}"
 
 
 def _affected(since: str) -> str:

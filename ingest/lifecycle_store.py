@@ -61,7 +61,7 @@ SELECT *, now64(6) AS computed_at FROM {db}.event_vm_evidence_since(since_day = 
 WHERE cityHash64(event_id) % {{slices:UInt32}} = {{slice:UInt32}}
 """
 
-# (event, VM) pairs of the history: refresh_all computes at most SLICE_PAIRS of them in one statement. The per-VM
+# (event, VM) pairs of the history: refresh_all computes about SLICE_PAIRS of them in one statement. The per-VM
 # view's windows are not spilled to disk: a year of 100,000 VMs (16.7 M pairs) at once needed more than 21 GiB.
 _PAIRS: Final = "SELECT count() FROM {db}.event_vm_rollup"
 SLICE_PAIRS: Final = 2_000_000
