@@ -28,7 +28,13 @@ rows; rows generated in ClickHouse bypass it, so each load ends with ``lifecycle
 The most recent 10% of the year is loaded first and measured; then the older 90% is added and everything is
 measured again: both see the same recent data, only the length of the history differs. Before each measurement
 the merges ClickHouse started in the background are left to finish (``--settle``), as in a database that has
-been running, not loading. The heartbeat load's time and rate and each table's bytes on disk are reported.
+been running, not loading. The heartbeat load's time and rate and each table's bytes on disk are reported. At the
+start of each mode the fleet is made live: a heartbeat from every VM in the last minute but one in 200
+(``SILENT_EVERY``), so the silence panels and alert see a fleet that reports, not one silent since the load ended.
+
+``--keep DIR`` loads into DIR and leaves it there with its fleet (``bench-fleet.json``); ``--measure DIR`` loads
+nothing, migrates that year to the running version and measures it once: a change is measured on a year that
+took an hour to load without loading it again (no 10% phase, so no growth ratio).
 
 What is measured (``--modes``), each at 10% and at 100% of the year, ``--runs`` rounds:
 
@@ -97,6 +103,7 @@ RATIO_FLOOR_MS = 10.0
 ACTIVE_TAIL = ("Reboot", "Redeploy", "Preempt", "Terminate")  # the last events, still under way at the end
 HEARTBEAT_DAYS = 7  # what the raw heartbeats table keeps (its TTL); older heartbeats live on in the hourly rollup
 HEARTBEAT_ROWS_PER_INSERT = 10_000_000
+SILENT_EVERY = 200  # while measuring, one VM in this many has a silent collector (the others beat each minute)
 VIEWERS = 5
 DASHBOARD_GOAL_MS = 500.0
 
@@ -234,9 +241,11 @@ WHERE decided <= {_ts(fleet.now)}
 """
 
 
-def heartbeats_sql(fleet: Fleet, since: datetime, until: datetime, step_s: int) -> str:
-    """One heartbeat per VM every ``step_s`` seconds in [since, until)."""
+def heartbeats_sql(fleet: Fleet, since: datetime, until: datetime, step_s: int, silent_every: int = 0) -> str:
+    """One heartbeat per VM every ``step_s`` seconds in [since, until); with ``silent_every``, none from one VM in
+    that many."""
     slots = max(0, int((until - since).total_seconds() // step_s))
+    silent = f"WHERE v % {silent_every} != 0" if silent_every else ""
     return f"""
 INSERT INTO sevents.heartbeats (heartbeat_id, record_id, schema_version, record_type, seq, observed_at, api_version,
  collector_version, vm_id, vm_name, location, subscription_id, resource_group, resource_id, zone, fault_domain,
@@ -259,7 +268,15 @@ FROM
         lower(hex(cityHash64('hb', v, obs))) AS hid
     FROM numbers({slots * fleet.vms})
 )
+{silent}
 """
+
+
+def live_fleet(client: Any, fleet: Fleet) -> None:
+    """Every VM's collector heard from in the last minute, as at one heartbeat a minute, but one in
+    ``SILENT_EVERY``: the fleet the silence panels and alert see is live, not silent since the load ended."""
+    until = datetime.now(UTC)
+    client.command(heartbeats_sql(fleet, until - timedelta(seconds=60), until, 60, SILENT_EVERY))
 
 
 SUBSCRIPTION = "11111111-2222-3333-4444-555555555555"
@@ -584,14 +601,15 @@ def audit_params(client: Any, now: datetime) -> dict[str, Any]:
 
 
 def settle(client: Any, limit_s: float) -> str:
-    """Wait (at most ``limit_s``) for the merges ClickHouse started in the background after the load.
+    """Wait (at most ``limit_s``) for the merges and mutations ClickHouse started in the background after the load.
 
     A database with a year behind it is not in the middle of merging that year: measuring while the load's
     parts still merge would time the merges. Nothing is forced (no OPTIMIZE): the parts stay as ClickHouse's
     own merge policy leaves them. Returns what it waited and the active parts left, for the report.
     """
     began = time.perf_counter()
-    while client.query("SELECT count() FROM system.merges").result_rows[0][0]:
+    busy = "SELECT (SELECT count() FROM system.merges) + (SELECT count() FROM system.mutations WHERE NOT is_done)"
+    while client.query(busy).result_rows[0][0]:
         if time.perf_counter() - began > limit_s:
             break
         time.sleep(1)
@@ -800,11 +818,14 @@ def _load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def measure_phase(client: Any, target: str, now: datetime, args: argparse.Namespace) -> dict[str, Any]:
-    """Every chosen mode once on the database as it is; the load average before and after each mode."""
+def measure_phase(client: Any, target: str, fleet: Fleet, args: argparse.Namespace) -> dict[str, Any]:
+    """Every chosen mode once on the database as it is, the fleet live at the start of each (``live_fleet``); the
+    load average before and after each mode."""
     models = dashboard_models()
+    now = fleet.now
     out: dict[str, Any] = {"timings": {}, "load_average": {}}
     for mode in args.modes:
+        live_fleet(client, fleet)
         before = _load_average()
         concrete = mode in ("selection", "dashboards-selection")
         selections = {uid: choose_variables(client, model, now, concrete) for uid, model in models.items()}
@@ -824,6 +845,56 @@ def measure_phase(client: Any, target: str, now: datetime, args: argparse.Namesp
             out.setdefault("selection", {uid: _shown(s) for uid, s in selections.items()})
         out["load_average"][mode] = [before, _load_average()]
     return out
+
+
+FLEET_FILE = "bench-fleet.json"  # in a --keep directory: the fleet it holds, for --measure
+
+
+def keep_fleet(directory: Path, fleet: Fleet) -> None:
+    (directory / FLEET_FILE).write_text(
+        json.dumps({"vms": fleet.vms, "events": fleet.events, "now": fleet.now.isoformat()}), encoding="utf-8"
+    )
+
+
+def kept_fleet(directory: Path) -> Fleet:
+    try:
+        kept = json.loads((directory / FLEET_FILE).read_text(encoding="utf-8"))
+        return Fleet(int(kept["vms"]), int(kept["events"]), datetime.fromisoformat(kept["now"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"--measure {directory}: no fleet kept there by --keep ({FLEET_FILE}: {error})") from error
+
+
+def measure_kept(args: argparse.Namespace) -> int:
+    """``--measure``: the year in ``args.measure`` as this version reads it (its migrations applied first), one
+    phase of every chosen mode, printed per query with its p50 and p95 against the goals."""
+    fleet = kept_fleet(args.measure)
+    target = f"chdb://{args.measure}"
+    client = connect(target, create=False)
+    try:
+        applied = migrate(client, Target())
+        settled = settle(client, args.settle)
+        print(f"{args.measure}: migrations applied {applied or 'none'}, {settled}; measuring", file=sys.stderr)
+        phase = measure_phase(client, target, fleet, args)
+    finally:
+        client.close()
+    print(f"fleet kept in {args.measure}: {fleet.vms:,} VMs, {fleet.events:,} events in the year to {fleet.now}")
+    document: dict[str, Any] = {"vms": fleet.vms, "events": fleet.events, "migrated": applied, "phase": phase}
+    missed_any = False
+    for mode in args.modes:
+        timings = phase["timings"][mode]
+        dashboards = mode.startswith("dashboards")
+        series = {uid: t["viewer_ms"] for uid, t in timings.items()} if dashboards else timings
+        goal = DASHBOARD_GOAL_MS if dashboards else GOAL_MS
+        print(f"\nmode {mode}, {'per dashboard' if dashboards else 'per query'} (ms; goal p95 {goal:.0f})")
+        print(f"{'p50':>8} {'p95':>8}")
+        for name in sorted(series, key=lambda n: -p95(series[n])):
+            late = p95(series[name]) > goal and not name.startswith("audit ") and name != "baseline"
+            missed_any = missed_any or late
+            flag = "  <-- misses" if late else ""
+            print(f"{statistics.median(series[name]):8.1f} {p95(series[name]):8.1f}  {name}{flag}")
+    if args.json:
+        args.json.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
+    return 1 if args.strict and missed_any else 0
 
 
 def _shown(variables: Variables) -> dict[str, list[str]]:
@@ -868,17 +939,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--settle", type=float, default=300, help="seconds to wait at most for background merges (default 300)"
     )
+    kept = parser.add_mutually_exclusive_group()
+    kept.add_argument(
+        "--keep", type=Path, metavar="DIR", help="load into DIR (new or empty) and keep it there, for --measure"
+    )
+    kept.add_argument(
+        "--measure",
+        type=Path,
+        metavar="DIR",
+        help="load nothing: migrate the year --keep left in DIR to this version and measure it once (no 10%% "
+        "phase, so no growth ratio)",
+    )
     args = parser.parse_args(argv)
     if min(args.vms, args.heartbeat_every, args.older_heartbeat_every, args.runs, args.viewers) < 1:
         parser.error("--vms, --heartbeat-every, --older-heartbeat-every, --runs and --viewers must be positive")
+    if args.measure:
+        return measure_kept(args)
     events = max(len(ACTIVE_TAIL) + 10, args.transitions // (3 * SET_SIZE))
     fleet = Fleet(args.vms, events, datetime.now(UTC).replace(microsecond=0))
-    workdir = Path(tempfile.mkdtemp(prefix="bench-dashboards-"))
+    if args.keep:
+        if args.keep.exists() and any(args.keep.iterdir()):
+            parser.error(f"--keep {args.keep}: not empty")
+        args.keep.mkdir(parents=True, exist_ok=True)
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-dashboards-"))
     target = f"chdb://{workdir}"
     client = connect(target)
     phases: list[dict[str, Any]] = []
     try:
         migrate(client, Target())
+        if args.keep:
+            keep_fleet(workdir, fleet)
         probe = concurrency_probe(target, client)
         began = time.perf_counter()
         recent = int(events * 0.9)
@@ -896,7 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         settled = [settle(client, args.settle)]
         disks = [disk_usage(client)]
         print(f"10%: loaded in {small_load:.0f} s, {settled[0]}; measuring", file=sys.stderr)
-        phases.append(measure_phase(client, target, fleet.now, args))
+        phases.append(measure_phase(client, target, fleet, args))
         if args.json:  # kept if the larger load fails; the full document replaces it
             args.json.write_text(json.dumps({"vms": args.vms, "only": "10%", "phases": phases}, default=str))
         began = time.perf_counter()
@@ -922,10 +1012,11 @@ def main(argv: list[str] | None = None) -> int:
         settled.append(settle(client, args.settle))
         disks.append(disk_usage(client))
         print(f"100%: loaded in {full_load:.0f} s more, {settled[1]}; {counts}; measuring", file=sys.stderr)
-        phases.append(measure_phase(client, target, fleet.now, args))
+        phases.append(measure_phase(client, target, fleet, args))
     finally:
         client.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
     document: dict[str, Any] = {
         "vms": args.vms,
         "events": events,

@@ -102,10 +102,11 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT state, vm_name, scale_set, ifNull(toString(fault_domain), '') AS fault_domain, location, "
             "last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS silent_s, retired_reason, "
             f"collector_version FROM {DB}.vm_status WHERE state != 'reporting' AND {f.vm_filter()} "
-            "ORDER BY state DESC, silent_s DESC, vm_name",
+            "ORDER BY state DESC, silent_s DESC, vm_name LIMIT 1000",
             width=24,
             description="Silent: no heartbeat for five minutes (the VM is down, the collector stopped, or shipping "
-            "is stuck). Retired: gone for good, shown apart and never paged as silent.",
+            "is stuck). Retired: gone for good, shown apart and never paged as silent. At most 1,000: "
+            "silent before retired, the longest silent first.",
         ),
         *coverage.panels(),  # Azure's inventory and account beside the collectors' (issue 27)
     ]

@@ -16,9 +16,13 @@ LAG = "dateDiff('millisecond', observed_at, ingested_at) / 1000"
 HOURLY = "toStartOfInterval(hour, toIntervalSecond(greatest($__interval_s, 3600)))"
 IN_HOURS = "hour >= toStartOfHour($__fromTime) AND hour <= $__toTime"
 HEARTBEATS_PER_HOUR = 60
-# A VM-hour's heartbeats: the minutes of the hour that had one (migration 0020), or the set of heartbeat ids that
-# rows older than it keep, whichever counts more (an hour the raw heartbeats held then has both, whole)
-HEARTBEATS_RECEIVED = "greatest(bitCount(groupBitOr(heartbeat_minutes)), uniqExactMerge(heartbeats))"
+# A VM-hour's heartbeats, in its row of heartbeat_hours FINAL: the minutes of the hour that had one (migration 0020),
+# or the count of the heartbeat ids that rows older than it kept (0026), whichever counts more (an hour the raw
+# heartbeats held then has both, whole)
+HEARTBEATS_RECEIVED = "greatest(bitCount(heartbeat_minutes), ids_counted)"
+# One row per VM-hour, merged as it is read: FINAL merges sorted parts, where grouping by VM hashed every VM's id
+# (half the time of "Outbox depth" at a year of 20,000 VMs).
+VM_HOURS = f"{DB}.heartbeat_hours FINAL WHERE {IN_HOURS}"
 # Records stored this long after they were observed still show in "Insert timing" (an outbox drained late).
 LATE_DAYS = 7
 
@@ -30,9 +34,9 @@ def panels() -> list[g.Panel | g.Row]:
         g.Panel(
             "Outbox depth",
             "timeseries",
-            f"SELECT {HOURLY} AS time, max(depth) AS max_depth, round(avg(depth), 1) AS mean_vm_max_depth "
-            f"FROM (SELECT hour, vm_id, max(max_outbox_depth) AS depth FROM {DB}.heartbeat_hours "
-            f"WHERE {IN_HOURS} AND {vms} GROUP BY hour, vm_id) GROUP BY time ORDER BY time",
+            f"SELECT {HOURLY} AS time, max(max_outbox_depth) AS max_depth, "
+            f"round(avg(max_outbox_depth), 1) AS mean_vm_max_depth FROM {VM_HOURS} AND {vms} "
+            f"GROUP BY time ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             description="Records waiting in collector outboxes, from heartbeats (hourly): growing means shipping "
@@ -42,9 +46,8 @@ def panels() -> list[g.Panel | g.Row]:
             "Heartbeat coverage",
             "timeseries",
             f"SELECT {HOURLY} AS time, uniqExact(vm_id) AS vms_reporting, "
-            f"round(100 * sum(received) / (count() * {HEARTBEATS_PER_HOUR}), 1) AS coverage_pct FROM "
-            f"(SELECT hour, vm_id, {HEARTBEATS_RECEIVED} AS received FROM {DB}.heartbeat_hours "
-            f"WHERE {IN_HOURS} AND {vms} GROUP BY hour, vm_id) GROUP BY time ORDER BY time",
+            f"round(100 * sum({HEARTBEATS_RECEIVED}) / (count() * {HEARTBEATS_PER_HOUR}), 1) AS coverage_pct "
+            f"FROM {VM_HOURS} AND {vms} GROUP BY time ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=12,
             description="VMs that sent at least one heartbeat per hour, and the share of those VMs' minutes that "
@@ -56,8 +59,10 @@ def panels() -> list[g.Panel | g.Row]:
             "SELECT vm_name, scale_set, ifNull(toString(fault_domain), '') AS fault_domain, location, "
             "state, last_heartbeat_at AS last_heartbeat, toInt64(silent_for_s) AS age_s, "
             "last_poll_ok, last_poll_error, outbox_depth, collector_version, api_version "
-            f"FROM {DB}.vm_status WHERE {vms} ORDER BY state = 'retired', age_s DESC, vm_name",
+            f"FROM {DB}.vm_status WHERE {vms} ORDER BY state = 'retired', age_s DESC, vm_name LIMIT 1000",
             width=12,
+            description="The 1,000 collectors heard from longest ago (retired VMs last); choose a VM variable to see "
+            "others.",
             field_config={
                 "overrides": [
                     {

@@ -361,10 +361,12 @@ _CHANGED_IN_WINDOW = "changed_at >= {since:DateTime64(3, 'UTC')} AND changed_at 
 # The vmIds of those annotations (the reconciler's, or the inventory's for the resource ids it gave none), read
 # without the CTE below: ClickHouse evaluates a CTE again at each use, and each use here would join the inventory.
 _ANNOTATED_VMS = (
-    f"SELECT lower(vm_id) FROM azure_annotations WHERE {_CHANGED_IN_WINDOW} UNION ALL SELECT lower(vm_id) "
+    f"SELECT lower(vm_id) AS vm FROM azure_annotations WHERE {_CHANGED_IN_WINDOW} UNION ALL SELECT lower(vm_id) AS vm "
     f"FROM azure_vms WHERE resource_id IN (SELECT resource_id FROM azure_annotations WHERE {_CHANGED_IN_WINDOW} "
     "AND vm_id = '')"
 )
+# ... as heartbeat_hours numbers them (vm_key, migration 0027): a number compared per VM-hour, not a string lowered
+_ANNOTATED_VM_KEYS = f"SELECT cityHash64(vm) FROM ({_ANNOTATED_VMS})"
 
 # Each annotation changed in [since, until) (the window's months of azure_annotations only), its VM's vmId (the
 # reconciler's, else the inventory's for its resource id), and the last transition of an event naming that VM
@@ -420,13 +422,13 @@ FROM
     ) AS t ON t.vm_id = a.vm_id AND t.observed_at <= a.latest_
     LEFT JOIN
     (
-        SELECT lower(vm_id) AS vm_id, groupArray(hour) AS hours_
+        SELECT vm_key, groupArray(hour) AS hours_
         FROM heartbeat_hours
         WHERE hour >= toStartOfHour(toDateTime({{since:DateTime64(3, 'UTC')}}, 'UTC')) - INTERVAL 1 HOUR
           AND hour < {{until:DateTime64(3, 'UTC')}}
-          AND lower(vm_id) IN ({_ANNOTATED_VMS})
-        GROUP BY vm_id
-    ) AS h ON h.vm_id = a.vm_id
+          AND vm_key IN ({_ANNOTATED_VM_KEYS})
+        GROUP BY vm_key
+    ) AS h ON h.vm_key = cityHash64(a.vm_id)
 )
 WHERE downtime_ OR event_id != ''
 ORDER BY changed_at, vm_name, annotation

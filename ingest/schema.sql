@@ -482,11 +482,12 @@ AS SELECT
 FROM sevents.transitions;
 
 -- heartbeat_hours: one VM per hour: heartbeats received (coverage), the deepest outbox, whether a poll failed (table,
---   last defined by 0020_heartbeat_minutes)
+--   last defined by 0027_heartbeat_hours_vm_key)
 CREATE TABLE sevents.heartbeat_hours
 (
     `hour` DateTime('UTC'),
     `vm_id` String,
+    `vm_key` UInt64 MATERIALIZED cityHash64(lower(vm_id)),
     `vm_name` SimpleAggregateFunction(anyLast, String),
     `subscription_id` SimpleAggregateFunction(anyLast, String),
     `location` SimpleAggregateFunction(anyLast, String),
@@ -494,6 +495,7 @@ CREATE TABLE sevents.heartbeat_hours
     `fault_domain` SimpleAggregateFunction(anyLast, Nullable(UInt16)),
     `heartbeats` AggregateFunction(uniqExact, String),
     `heartbeat_minutes` SimpleAggregateFunction(groupBitOr, UInt64),
+    `ids_counted` SimpleAggregateFunction(max, UInt64),
     `last_at` SimpleAggregateFunction(max, DateTime64(3, 'UTC')),
     `max_outbox_depth` SimpleAggregateFunction(max, UInt64),
     `failed_poll` SimpleAggregateFunction(max, UInt8)

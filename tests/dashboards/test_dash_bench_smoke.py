@@ -73,3 +73,29 @@ def test_every_panel_is_measured_three_ways(tmp_path: Path) -> None:
         for size in ("10pct", "100pct"):
             assert len(boards["raw"][size][row["query"]]["viewer_ms"]) == 2 * 2  # runs x viewers
             assert len(boards["raw"][size][row["query"]]["request_ms"]) == 2 * 2 * row["panels"]
+
+
+def test_a_kept_year_is_measured_again_by_this_version_with_a_live_fleet(tmp_path: Path) -> None:
+    """``--keep`` leaves the loaded year and its fleet in a directory; ``--measure`` migrates it and measures it
+    once, with every VM's collector heard from in the last minute but one in ``SILENT_EVERY``."""
+    kept = tmp_path / "year"
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_dashboards.py"), "--vms", "400", "--runs", "1"]
+    command += ["--transitions", "15000", "--modes", "all", "--settle", "5"]
+    subprocess.run([*command, "--keep", str(kept)], check=True, capture_output=True, timeout=600)
+    assert json.loads((kept / bench_dashboards.FLEET_FILE).read_text(encoding="utf-8"))["vms"] == 400
+    out = tmp_path / "again.json"
+    again = subprocess.run(
+        [*command, "--measure", str(kept), "--json", str(out)], check=True, capture_output=True, text=True, timeout=600
+    )
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["migrated"] == [] and result["vms"] == 400
+    timings = result["phase"]["timings"]["all"]
+    assert any(n.startswith("panel sevents-fleet: ") for n in timings) and all(len(t) == 1 for t in timings.values())
+    assert "panel sevents-fleet: Silent and retired collectors" in again.stdout
+    states = "SELECT state, count() FROM sevents.vm_status GROUP BY state ORDER BY state"
+    query = f"from ingest.clickhouse import connect; print(connect('chdb://{kept}').query({states!r}).result_rows)"
+    shown = subprocess.run([sys.executable, "-c", query], check=True, capture_output=True, text=True, cwd=ROOT)
+    silent = 400 // bench_dashboards.SILENT_EVERY
+    assert shown.stdout.strip() == str([("reporting", 400 - silent), ("silent", silent)])
+    refused = subprocess.run([*command, "--keep", str(kept)], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "not empty" in refused.stderr
