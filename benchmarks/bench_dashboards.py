@@ -445,7 +445,11 @@ def load_heartbeats(
 def _refresh_all(client: Any) -> float:
     """What the ingest would have done for the rows just generated: every event's lifecycle stored; seconds."""
     began = time.perf_counter()
-    lifecycle_store.refresh_all(client, "sevents")
+
+    def progress(done: int, slices: int) -> None:
+        print(f"  lifecycles: {done} of {slices} slices, {time.perf_counter() - began:.0f} s", file=sys.stderr)
+
+    lifecycle_store.refresh_all(client, "sevents", progress=progress)
     return time.perf_counter() - began
 
 

@@ -80,7 +80,10 @@ def test_refresh_all_in_slices_stores_every_event_as_the_evidence_says(ch: Any, 
     ch.command(f"TRUNCATE TABLE {db}.event_history")
     ch.command(f"TRUNCATE TABLE {db}.event_vm_history")
 
-    assert lifecycle_store.refresh_all(ch, db, slice_pairs=5) > 3  # 36 pairs (and their rollup rows): many slices
+    reported: list[tuple[int, int]] = []
+    slices = lifecycle_store.refresh_all(ch, db, slice_pairs=5, progress=lambda *done: reported.append(done))
+    assert slices > 3  # 36 pairs (and their rollup rows): many slices
+    assert reported == [(n, slices) for n in range(1, slices + 1)]  # each slice said when done
     assert len(_stored(ch, db)) == 12
     assert _stored(ch, db) == _computed(ch, db)
     assert len(_vms_agree(ch, db)) == 36
