@@ -3,7 +3,8 @@
 -- before. Annotations name about half of the benchmark's fleet a day, so it reads every VM-hour of the window, and
 -- it compared each row's vm_id, lowered, with the annotated ids: about 60 ms at a year of 20,000 VMs, 2.5 M rows
 -- and most of the panel's 506 ms p95 at 100,000. Comparing a stored number costs a third of that (20 against 60 ms
--- on the same rows).
+-- on the same rows). The pipeline dashboard's heartbeat panels group VM-hours by it too: grouping by the id hashed
+-- a 36-character string per VM-hour (Heartbeat coverage 93 -> 55 ms of CPU, Outbox depth 63 -> 41 at 20,000 VMs).
 --
 -- heartbeat_hours.vm_key   cityHash64(lower(vm_id)), written with each row; the rows stored before are given theirs
 --                          by a background mutation (read before it ends, the key is computed as the rows are read).

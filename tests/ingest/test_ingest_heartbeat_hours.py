@@ -27,8 +27,7 @@ def beats(minutes: range) -> list[dict[str, Any]]:
 
 
 def counted(ch: Any, db: str) -> dict[datetime, int]:
-    sql = f"SELECT hour, sum({HEARTBEATS_RECEIVED}) FROM {db}.heartbeat_hours FINAL GROUP BY hour"
-    rows = ch.query(sql).result_rows
+    rows = ch.query(f"SELECT hour, {HEARTBEATS_RECEIVED} FROM {db}.heartbeat_hours GROUP BY hour").result_rows
     return {hour.replace(tzinfo=UTC): int(count) for hour, count in rows}
 
 
