@@ -126,7 +126,9 @@ def _demo(args: argparse.Namespace) -> int:
         return exit_code(error)
     try:
         print(
-            f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {run.collectors} collector processes polling"
+            f"  simulator at {run.sim.base_url} (speed {run.sim.speed:g}), {run.collectors} collector processes "
+            "polling",
+            flush=True,  # shown when it happens, also when stdout is a pipe or a log
         )
         if not _wait(run, args.timeout, began):
             print(f"scenario not done after {args.timeout:g} s; summarising what was recorded", file=sys.stderr)
