@@ -15,8 +15,6 @@ LAG = "dateDiff('millisecond', observed_at, ingested_at) / 1000"
 # Heartbeats by the hour (the rollup); a panel never draws finer than that.
 HOURLY = "toStartOfInterval(hour, toIntervalSecond(greatest($__interval_s, 3600)))"
 IN_HOURS = "hour >= toStartOfHour($__fromTime) AND hour <= $__toTime"
-# VM-hours are grouped by vm_key, the number migration 0027 gives each VM (a hash of its id, lowered): grouping by the
-# id itself hashed a 36-character string per VM-hour, a third of "Heartbeat coverage" at a year of 20,000 VMs.
 HEARTBEATS_PER_HOUR = 60
 # A VM-hour's heartbeats: the minutes of the hour that had one (migration 0020), or the count of the heartbeat ids
 # that rows older than it kept (0026), whichever counts more (an hour the raw heartbeats held then has both, whole).
@@ -27,6 +25,8 @@ HEARTBEATS_RECEIVED = "greatest(bitCount(groupBitOr(heartbeat_minutes)), max(ids
 LATE_DAYS = 7
 
 
+# VM-hours are grouped by vm_key, the number migration 0027 gives each VM (a hash of its id, lowered): grouping by the
+# id itself hashed a 36-character string per VM-hour, a third of "Heartbeat coverage" at a year of 20,000 VMs.
 def panels() -> list[g.Panel | g.Row]:
     vms = f.vm_filter()
     return [
