@@ -1588,7 +1588,7 @@ LEFT JOIN
 ) AS r USING (vm_id);
 
 -- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
---   still showing it reports (view, last defined by 0022_stored_event_vms)
+--   still showing it reports (view, last defined by 0028_events_read_by_id_first)
 CREATE VIEW sevents.events
 (
     `event_id` String,
@@ -1644,7 +1644,8 @@ FROM
         (last_held_at >= horizon_) AND (arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.1, h.vm_id))), holders) OR ((end_seen_by_any = 0) AND arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.2, h.vm_id))), holders))) AS active_
     FROM sevents.event_history
     FINAL
-);
+)
+SETTINGS optimize_move_to_prewhere_if_final = 1;
 
 -- events_since: events last active on or after since_day (view, last defined by 0017_stored_lifecycles)
 CREATE VIEW sevents.events_since
@@ -1718,7 +1719,7 @@ FROM sevents.events
 WHERE last_seen_at >= {since_day:Date};
 
 -- event_vm_lifecycles: one row per (EventId, observing VM) with event_vms_since's columns: event_vm_history read now
---   (view, last defined by 0022_stored_event_vms)
+--   (view, last defined by 0028_events_read_by_id_first)
 CREATE VIEW sevents.event_vm_lifecycles
 (
     `event_id` String,
@@ -1794,4 +1795,5 @@ SELECT
     ended_at_source,
     released_by
 FROM sevents.event_vm_history
-FINAL;
+FINAL
+SETTINGS optimize_move_to_prewhere_if_final = 1;

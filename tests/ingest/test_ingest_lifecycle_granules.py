@@ -1,10 +1,13 @@
-"""Reading the stored lifecycles costs what the events shown hold, not the history's size (migration 0024).
+"""Reading the stored lifecycles costs what the events shown hold, not the history's size (migrations 0024, 0028).
 
 Panels, alerts and audits read ``event_history`` and ``event_vm_history`` by EventId, and find the active set
 from ``last_held_at``. EventIds are random, so each event read costs a granule wherever it falls: 8,192 rows
 before 0024, 256 since. The active set reads the projection sorted by ``last_held_at``: the granules of the
 recent holders only. ClickHouse's own plan (``EXPLAIN ESTIMATE``: the rows its index analysis leaves to read)
 is the measure, on a history of 6,000 events with 20 VMs each.
+
+Since 0028 the views read the EventIds a query names before FINAL merges the granules (PREWHERE), and every other
+condition after it: an older version of an event never stands in for the newest.
 """
 
 from __future__ import annotations
@@ -66,3 +69,43 @@ def test_the_active_set_reads_the_recent_holders_granules_only(ch: Any, db: str)
     assert 0 < _planned_rows(ch, held) <= AT_MOST
     plan = "\n".join(str(row[0]) for row in ch.query(f"EXPLAIN indexes = 1 {held}").result_rows)
     assert "by_last_held" in plan, plan
+
+
+def _prewhere(ch: Any, sql: str) -> str:
+    """The condition ClickHouse applies while reading, before FINAL merges ('' if none)."""
+    plan = [str(row[0]).strip() for row in ch.query(f"EXPLAIN actions = 1 {sql}").result_rows]
+    return " ".join(line for line in plan if line.startswith("Prewhere filter column"))
+
+
+def test_the_views_read_the_named_events_before_final_merges_and_nothing_else(ch: Any, db: str) -> None:
+    """Both views apply ``event_id IN`` while reading, and conditions on other columns only after the merge."""
+    _history(ch, db)  # an empty table is not read at all
+    for view in ("events", "event_vm_lifecycles"):
+        sql = f"SELECT event_id FROM {db}.{view} WHERE event_id IN ('a', 'b') AND first_seen_at < now64(3)"
+        prewhere = _prewhere(ch, sql)
+        assert "event_id" in prewhere, (view, prewhere)
+        assert "first_seen_at" not in prewhere, (view, prewhere)
+
+
+def test_an_older_version_never_stands_in_for_the_newest(ch: Any, db: str) -> None:
+    """An event stored twice, unmerged: first seen a day ago, then (the newest computation, from evidence that came
+    late) two days ago. A read for events first seen in the last 36 hours finds neither version: the older one
+    matches, but FINAL keeps the newest before the condition applies. Each VM's row likewise."""
+    ch.command(f"SYSTEM STOP MERGES {db}.event_history")
+    ch.command(f"SYSTEM STOP MERGES {db}.event_vm_history")
+    for days, computed in ((1, "now64(6) - INTERVAL 1 MINUTE"), (2, "now64(6)")):
+        ch.command(
+            f"INSERT INTO {db}.event_history (event_id, event_type, first_seen_at, outcome, computed_at) "
+            f"VALUES ('late', 'Reboot', now64(3) - INTERVAL {days} DAY, 'completed', {computed})"
+        )
+        ch.command(
+            f"INSERT INTO {db}.event_vm_history (event_id, vm_id, first_seen_at, computed_at) "
+            f"VALUES ('late', 'vm-1', now64(3) - INTERVAL {days} DAY, {computed})"
+        )
+    parts = f"SELECT count() FROM system.parts WHERE database = '{db}' AND table = 'event_history' AND active"
+    assert ch.query(parts).result_rows[0][0] == 2
+    for view in ("events", "event_vm_lifecycles"):
+        stored = f"SELECT first_seen_at FROM {db}.{view} WHERE event_id IN ('late')"
+        assert len(ch.query(stored).result_rows) == 1, view
+        recent = f"{stored} AND first_seen_at >= now64(3) - INTERVAL 36 HOUR"
+        assert ch.query(recent).result_rows == [], view
