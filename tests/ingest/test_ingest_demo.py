@@ -118,13 +118,24 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _signal_state(pid: int | str = "self") -> str:
+    """The blocked, ignored and caught signal masks of a process (``/proc/PID/status``), for a failure message."""
+    lines = Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+    return " ".join(line.replace("\t", "") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
+# The demo dumps every thread's stack to stderr on SIGUSR1: if SIGINT does not stop it, the failure shows where each
+# thread was (in some full suites the demo ran on after SIGINT; alone it never did).
+DUMPS_STACKS = "import faulthandler, signal; faulthandler.register(signal.SIGUSR1, all_threads=True); "
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
     """SIGINT while the fleet runs: exit 130, one line on stderr, no traceback, no collector process left behind.
     The scenario runs at a quarter of its speed, so it is still running when the signal comes on a loaded machine
     (a demo that finished first exits 0)."""
     workdir = tmp_path / "demo"
-    code = "import sys; from demo.entry import main; sys.exit(main())"
+    code = DUMPS_STACKS + "import sys; from demo.entry import main; sys.exit(main())"
     demo = subprocess.Popen(
         [sys.executable, "-c", code, "--workdir", str(workdir), "--speed", "5"],
         stdout=subprocess.PIPE,
@@ -137,8 +148,17 @@ def test_ctrl_c_stops_the_demo_cleanly(tmp_path: Path) -> None:
             if "collector processes polling" in line:
                 break
         assert _processes_mentioning(str(workdir / "collectors")), "the collectors run"
+        states = f"demo {_signal_state(demo.pid)}; this worker {_signal_state()}"
         demo.send_signal(signal.SIGINT)
-        _, err = demo.communicate(timeout=120)
+        try:
+            _, err = demo.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            demo.send_signal(signal.SIGUSR1)
+            try:
+                demo.communicate(timeout=5)
+            except subprocess.TimeoutExpired as still:  # it runs on: what it wrote so far, the stacks last
+                stacks = still.stderr.decode(errors="replace") if isinstance(still.stderr, bytes) else still.stderr
+            pytest.fail(f"the demo still ran 120 s after SIGINT; signal masks before it: {states}\n{stacks}")
     finally:
         if demo.poll() is None:
             demo.kill()
