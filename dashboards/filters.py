@@ -164,7 +164,10 @@ def since(ids: str, view: str, platform: str = "") -> str:
     condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
-    return event_sql.since(ids, view, f"{DB}.", platform=platform)
+    # events: the months of event_history from the first sighting any event a panel shows can have (migration 0029);
+    # the active set's bound needs no range (alert rules read it too)
+    rows_after = (ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER) if view == "events" else ""
+    return event_sql.since(ids, view, f"{DB}.", platform=platform, rows_after=rows_after)
 
 
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
@@ -183,8 +186,11 @@ PLATFORM_OVERLAPPING: Final = (
 
 # No rollup row of an event a panel can show is older than its first observation, at most LOOKBACK_DAYS before
 # the event's last activity: before the range (or the active horizon, if earlier) by that much. The search for
-# the sets of the events hit reads no part older than that.
+# the sets of the events hit reads no part older than that, and ``since`` no month of event_history before it.
 RANGE_ROWS_AFTER: Final = f"least($__fromTime, now64(3) - INTERVAL {LOOKBACK_DAYS} DAY) - INTERVAL {LOOKBACK_DAYS} DAY"
+# The same for the active set alone: an event some VM showed within the horizon was first seen at most that long
+# before.
+ACTIVE_ROWS_AFTER: Final = f"now64(3) - INTERVAL {2 * LOOKBACK_DAYS} DAY"
 
 
 def scoped(ids: str) -> str:
@@ -207,7 +213,7 @@ def hit_domains(keep: str, keys: tuple[str, ...] = ()) -> str:
 def event_sets(ids: str) -> str:
     """Per event: ``availability_set`` from ``events`` (through ``event_sql.event_sets``; join by ``event_id``;
     a row's set: scale_set, else that)."""
-    return event_sql.event_sets(ids, f"{DB}.")
+    return event_sql.event_sets(ids, f"{DB}.", rows_after=RANGE_ROWS_AFTER)
 
 
 def active() -> str:

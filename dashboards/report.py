@@ -49,7 +49,7 @@ LEFT JOIN (
 ) AS d ON d.event_id = v.event_id AND d.vm_id = v.vm_id
 WHERE v.affects_this_vm AND v.event_id IN (
     SELECT event_id FROM """
-    + event_sql.since(event_sql.WINDOW_IDS)
+    + event_sql.since(event_sql.WINDOW_IDS, rows_after=event_sql.WINDOW_ROWS_AFTER)
     + """
     WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')})
 ORDER BY fault_set, fault_domain, vm_name, first_seen_at, event_id

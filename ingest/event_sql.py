@@ -54,7 +54,9 @@ def rollup_rows(ids: str, bound: str) -> str:
     return f"{f'last_seen_at >= {bound} AND ' if bound else ''}event_id IN ({ids})"
 
 
-def since(ids: str, view: str = "events", db: str = "", columns: str = "*", platform: str = "") -> str:
+def since(
+    ids: str, view: str = "events", db: str = "", columns: str = "*", platform: str = "", rows_after: str = ""
+) -> str:
     """The rows of ``events`` (each event's stored lifecycle read now) or ``event_vm_lifecycles`` (each observing
     VM's, stored too, read now) of the events ``ids`` selects, as a derived table: callers need not repeat
     ``event_id IN (ids)``.
@@ -62,14 +64,29 @@ def since(ids: str, view: str = "events", db: str = "", columns: str = "*", plat
     Both are stored rows keyed by EventId (migrations 0017 and 0022), read by it. ``db`` qualifies the names
     (``sevents.``) where the client's database is not the sevents one (Grafana). ``platform`` (``events`` only): a
     condition on ``azure_scheduled_events`` whose events are shown too, those only Azure's account has included
-    (seen_by 'platform'; a lookup in a small table).
+    (seen_by 'platform'; a lookup in a small table). ``rows_after`` (``events`` only): a time (SQL) before which
+    none of those events was first seen, so that the months of event_history before it are not read (migration
+    0029); empty reads every month.
     """
-    if view not in ("events", "event_vm_lifecycles") or (platform and view != "events"):
-        raise ValueError(f"since() reads events or event_vm_lifecycles (platform: events only), not {view!r}")
+    if view not in ("events", "event_vm_lifecycles") or ((platform or rows_after) and view != "events"):
+        raise ValueError(
+            f"since() reads events or event_vm_lifecycles (platform, rows_after: events only), not {view!r}"
+        )
     shown = f"event_id IN ({ids})"
     if platform:
         shown = f"({shown} OR event_id IN (SELECT event_id FROM {db}azure_scheduled_events WHERE {platform}))"
+    if rows_after:
+        shown = f"{shown} AND {months_from(rows_after)}"
     return f"(SELECT {columns} FROM {db}{view} WHERE {shown})"
+
+
+def months_from(moment: str) -> str:
+    """The condition on ``events`` that keeps the partitions of event_history from ``moment``'s month on (SQL).
+
+    ``stored_month`` is the partition (YYYYMM of first_seen_at in UTC, a String; 'all' sorts after every month, for
+    a table rebuilt unpartitioned): ClickHouse drops the others before FINAL. The month is UTC's whatever the time
+    zone ``moment`` or the server is in: an hour's shift at a month's end would skip the month before."""
+    return f"stored_month >= toString(toYYYYMM({moment}, 'UTC'))"
 
 
 # Fault and update domain numbers mean something only inside one availability set or scale set, so every
@@ -170,10 +187,10 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     )
 
 
-def event_sets(ids: str, db: str = "") -> str:
+def event_sets(ids: str, db: str = "", rows_after: str = "") -> str:
     """One row per event ``ids`` selects: ``availability_set``, the label of its VMs outside scale sets.
 
     For rows that carry a VM's ``scale_set`` already (transitions, pairs), joined by ``event_id``: their set
     is ``if(scale_set != '', scale_set, availability_set)``. The events' lifecycle holds it (migration 0009).
     """
-    return since(ids, "events", db, "event_id, availability_set")
+    return since(ids, "events", db, "event_id, availability_set", rows_after=rows_after)

@@ -101,8 +101,9 @@ ORDER BY q.event_id
 
 # On a cluster the evidence view joins and filters Distributed tables by subqueries over others: each subquery is
 # run once and sent to every shard (without it ClickHouse refuses double-distributed subqueries). Nothing on one
-# node.
-_SETTINGS: Final = {"distributed_product_mode": "global"}
+# node. event_history is partitioned by month (migration 0029): a refresh of events of more than 100 months (a
+# replayed history, refresh_all) writes a part per month instead of failing.
+_SETTINGS: Final = {"distributed_product_mode": "global", "max_partitions_per_insert_block": 0}
 
 
 def refresh(client: Any, database: str, event_ids: Iterable[str], settings: Mapping[str, Any] | None = None) -> int:

@@ -45,13 +45,13 @@ class Result:
 
 
 EVENTS_FIRST_SEEN_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS)} "
+    f"FROM {since(WINDOW_IDS, rows_after=WINDOW_ROWS_AFTER)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 # The same, with the events only Azure's account has (the central feed, Resource Graph): seen_by 'platform'.
 PLATFORM_IN_WINDOW = "first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 EVENTS_AND_PLATFORM_IN_WINDOW = (
-    f"FROM {since(WINDOW_IDS, platform=PLATFORM_IN_WINDOW)} "
+    f"FROM {since(WINDOW_IDS, platform=PLATFORM_IN_WINDOW, rows_after=WINDOW_ROWS_AFTER)} "
     "WHERE first_seen_at >= {since:DateTime64(3, 'UTC')} AND first_seen_at < {until:DateTime64(3, 'UTC')}"
 )
 

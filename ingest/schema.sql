@@ -789,6 +789,7 @@ CREATE TABLE sevents.event_history
     )
 )
 ENGINE = ReplacingMergeTree(computed_at)
+PARTITION BY toYYYYMM(first_seen_at)
 ORDER BY event_id
 SETTINGS index_granularity = 256, deduplicate_merge_projection_mode = 'rebuild';
 
@@ -1588,7 +1589,7 @@ LEFT JOIN
 ) AS r USING (vm_id);
 
 -- events: one row per EventId (types, times, outcome, domains, sets, impact): event_history read now, active while a VM
---   still showing it reports (view, last defined by 0028_events_read_by_id_first)
+--   still showing it reports (view, last defined by 0029_event_history_by_month)
 CREATE VIEW sevents.events
 (
     `event_id` String,
@@ -1628,7 +1629,8 @@ CREATE VIEW sevents.events
     `released_by` Nullable(String),
     `seen_by` LowCardinality(String),
     `platform_status` LowCardinality(String),
-    `outcome_source` LowCardinality(String)
+    `outcome_source` LowCardinality(String),
+    `stored_month` LowCardinality(String)
 )
 AS WITH
     now64(3) - toIntervalDay(30) AS horizon_,
@@ -1641,6 +1643,7 @@ FROM
 (
     SELECT
         *,
+        _partition_id AS stored_month,
         (last_held_at >= horizon_) AND (arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.1, h.vm_id))), holders) OR ((end_seen_by_any = 0) AND arrayExists(h -> ((h.last_seen_at >= horizon_) AND (NOT has(quiet_.2, h.vm_id))), holders))) AS active_
     FROM sevents.event_history
     FINAL

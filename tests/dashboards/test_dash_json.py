@@ -15,7 +15,7 @@ from dashboards import filters, generate, grafana
 from dashboards.alerts import CONTACT_POINT, RULES
 from ingest import cli
 from ingest.event_sql import SILENT_AFTER_S
-from tests.dashboards.dash_helpers import alert_rules, dashboards
+from tests.dashboards.dash_helpers import alert_rules, dashboards, panel_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING = ROOT / "dashboards" / "provisioning"
@@ -142,6 +142,25 @@ def test_alert_rules_are_well_formed() -> None:
         assert rule["noDataState"] == "OK"
     paging = {r["title"] for r in rules if r["labels"]["severity"] == "page"}
     assert paging == {"Reboot or Redeploy scheduled", "Preempt or Terminate scheduled"}
+
+
+def test_every_read_of_events_names_its_months() -> None:
+    """Each panel or alert query that reads ``events`` bounds ``stored_month`` (migration 0029), so it reads the
+    months its events can be in, not the history; alert rules do it without the range's macros."""
+    queries = [(f"{q.dashboard}: {q.title}", q.sql) for q in panel_queries()]
+    queries += [
+        (rule["title"], item["model"]["rawSql"])
+        for rule in alert_rules()
+        for item in rule["data"]
+        if "rawSql" in item["model"]
+    ]
+    reading = [(name, sql) for name, sql in queries if re.search(r"\bsevents\.events\b", sql)]
+    assert len(reading) > 20
+    for name, sql in reading:
+        assert len(re.findall(r"\bsevents\.events\b", sql)) == sql.count("stored_month >= toString(toYYYYMM("), name
+    for name, sql in reading:
+        if name in {rule["title"] for rule in alert_rules()}:
+            assert "$__" not in sql, name
 
 
 def _yaml(path: Path) -> Any:

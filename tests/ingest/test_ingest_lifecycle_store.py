@@ -173,3 +173,21 @@ def test_a_pipeline_computes_what_it_put_off_when_it_stops(ch: Any, db: str) -> 
     assert _outcomes(ch, db) == {"E-1": "completed"}
     assert _stored(ch, db) == _computed(ch, db)
     _vms_agree(ch, db)
+
+
+def test_a_replayed_history_of_more_than_100_months_is_stored_in_one_refresh(
+    ch: Any, db: str, handler: Handler
+) -> None:
+    """event_history is partitioned by month (migration 0029), and ClickHouse refuses by default an INSERT that
+    writes more than 100 partitions: one batch of 110 events, one a month over 9 years (a replayed outbox or
+    archive), is stored and computed in one refresh all the same."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    records = [
+        synthetic.transition(event_id=f"E-{month}", observed_at=now - timedelta(days=31 * month))
+        for month in range(110)
+    ]
+    handler(deliveries(records))
+    months = ch.query(f"SELECT uniqExact(_partition_id) FROM {db}.event_history").result_rows[0][0]
+    assert months > 100
+    assert len(_stored(ch, db)) == 110
+    assert _stored(ch, db) == _computed(ch, db)

@@ -122,8 +122,9 @@ def _rows(client: Any, sql: str) -> list[tuple[Any, ...]]:
 EVIDENCE = "started_at_source, ended_at_source, released_by"
 # Migration 0016 added Azure's account of each event (none in these streams: 'sevents', '', 'sevents')
 PLATFORM = "seen_by, platform_status, outcome_source"
-# Migration 0017 stores each event's lifecycle with its last activity (what events_since selects by)
-STORED = "last_seen_at"
+# Migration 0017 stores each event's lifecycle with its last activity (what events_since selects by), and 0029
+# tells the month it is stored in (events only)
+STORED = "last_seen_at, stored_month"
 
 
 def expected_events(db: str, columns: str = "*") -> str:
