@@ -112,5 +112,7 @@ def _committed(state: Path) -> list[str]:
     if not path.exists():
         return []
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'").fetchall():
+            return []  # the collector has created the file, not yet its schema
         rows = db.execute("SELECT payload FROM records WHERE record_type = 'transition'").fetchall()
     return [json.loads(payload)["record_id"] for (payload,) in rows]
