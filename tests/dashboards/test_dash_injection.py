@@ -24,11 +24,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collector.enrich import approval_record, impact_record
 from collector.model import ApprovalOutcome, Downtime, Event, VmIdentity
 from dashboards import alerts, fleet
-from dashboards.filters import DB, VM_VARIABLES, selected
+from dashboards.filters import DB, OPTION_VALUE, VM_VARIABLES, selected
 from dashboards.macros import QueryContext
 from dashboards.templating import Selection, apply_conditional_all, replace_variables
 from demo import synthetic
@@ -41,6 +43,7 @@ from sevents import contract, records
 from sevents.retry import Backoff
 from tests.dashboards.conftest import Engine
 from tests.dashboards.dash_helpers import Frame, alert_rules, all_of, context, dashboards, run
+from tests.tiers import examples
 
 # What a sender can name things. Each VM below holds a different one in each of its columns.
 HOSTILE = (
@@ -468,7 +471,10 @@ def test_conditional_all_still_turns_all_into_nothing() -> None:
     for _, sql, names in _queries():
         everything = {name: all_of(("a",)) if name != "event_id" else Selection(("",), multi=False) for name in names}
         resolved = replace_variables(apply_conditional_all(sql, everything), everything)
-        assert "decodeURLComponent(arrayJoin" not in resolved
+        chosen_values = "'%FF'"  # in every filters.selected: the glob's commas, replaced before the split
+        if any(f"${{{name}:percentencode}}" in sql for name in names if name != "event_id"):
+            assert chosen_values in sql
+        assert chosen_values not in resolved
 
 
 def test_no_condition_holds_a_javascript_replacement_pattern() -> None:
@@ -502,3 +508,20 @@ def test_grafanas_quoting_formats_would_inject_in_clickhouse(engine: Engine, fmt
     for chosen, count in ((value, 0), ("7", 1), ("%37", 1)):  # "%37": an option value, URL-encoded
         safe = replace_variables(f"{where} ({selected('v')})", {"v": Selection((chosen,))})
         assert engine.client.query(safe).result_rows == [(count,)], chosen
+
+
+# what the glob, the encodings and the split read, mixed with any character
+GLOB_TEXT = st.text(st.one_of(st.sampled_from(",{}%+\\'\"\x00 ~$"), st.characters()))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(values=st.lists(GLOB_TEXT, min_size=1, max_size=4), multi=st.booleans())
+def test_any_options_chosen_come_out_of_sql_as_they_are(engine: Engine, values: list[str], multi: bool) -> None:
+    """Whatever the options hold (commas and braces of the glob, percent signs, NUL, any unicode), ``selected``
+    yields exactly the values chosen: each option URL-encoded by ClickHouse as the variable queries do
+    (``OPTION_VALUE``), formatted and encoded as Grafana does, decoded in SQL."""
+    multi = multi or len(values) > 1
+    encode = f"SELECT {OPTION_VALUE.format(column='{v:String}')}"
+    options = tuple(engine.client.query(encode, parameters={"v": value}).result_rows[0][0] for value in values)
+    sql = replace_variables(f"SELECT {selected('v')}", {"v": Selection(options, multi=multi)})
+    assert engine.client.query(sql).result_rows == [(values,)]
