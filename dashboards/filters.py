@@ -57,8 +57,8 @@ def selected(variable: str) -> str:
     decoding turns each ``vN`` back into its value.
 
     A constant expression: ClickHouse builds the set once. A subquery would be a query of its own (about 2 ms
-    each, and a panel with every variable chosen has ten or more); decoding each value with ``arrayMap`` was
-    slower still under FINAL, where the lambda is evaluated again for every block.
+    each, and a panel with every variable chosen has ten or more); decoding each value with an ``arrayMap`` lambda
+    was slower still under FINAL (BENCHMARKS.md).
     """
     glob = f"replaceRegexpAll(decodeURLComponent('${{{variable}:percentencode}}'), '[{{}}]', '')"
     return f"splitByChar(char(255), decodeURLComponent(replaceAll({glob}, ',', '%FF')))"
