@@ -175,6 +175,14 @@ def since(ids: str, view: str, platform: str = "") -> str:
     return event_sql.since(ids, view, f"{DB}.", platform=platform, rows_after=rows_after)
 
 
+def stored(ids: str) -> str:
+    """The stored lifecycles of the events ``ids`` selects (event_history, newest version): for panels that show
+    nothing that changes with time (no outcome, no end), so that they skip ``events``' look-up of the silence of
+    the VMs holding events (``event_sql.stored``)."""
+    rows_after = ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER
+    return event_sql.stored(ids, "event_history", f"{DB}.", rows_after=rows_after)
+
+
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before
 # it, less those it settled (Completed or Canceled) before the range: the end of an event only Azure's account has
 # is its settling, so those cannot overlap the range (overlapping_range keeps those that do). Without that, a

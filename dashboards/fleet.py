@@ -90,7 +90,7 @@ def panels() -> list[g.Panel | g.Row]:
             "Events first seen, by type",
             "timeseries",
             f"SELECT $__timeInterval(first_seen_at) AS time, event_type, count() AS events "
-            f"FROM {f.since(f.FIRST_SEEN_IDS, 'events')} WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
+            f"FROM {f.stored(f.FIRST_SEEN_IDS)} WHERE {f.first_seen_in_range()} AND {f.event_filter()} "
             "GROUP BY time, event_type ORDER BY time",
             format=g.FORMAT_TIME_SERIES,
             width=16,

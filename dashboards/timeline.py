@@ -11,6 +11,7 @@ from dashboards import filters as f
 from dashboards import grafana as g
 from dashboards.filters import DB
 from dashboards.fleet import event_link_override
+from ingest import event_sql
 
 # State codes for the state timeline (numbers, so the plugin makes them values, not labels).
 GONE, SCHEDULED, STARTED = 0, 1, 2
@@ -66,6 +67,9 @@ LANE = (
     "' / ', vm_name, ' / ', substring(event_id, 1, 8))"
 )
 LANE_COLUMNS = "event_id, scale_set, fault_domain, vm_name"
+# the VMs of the events under way when the range starts, as stored: their lanes need no outcome, so not
+# event_vm_lifecycles' look-up of the silent holders
+UNDER_WAY_VMS = event_sql.stored(f.UNDER_WAY_IDS, "event_vm_history", f"{DB}.")
 STATE = (
     f"multiIf(kind = 'disappeared', {GONE}, status = 'Started', {STARTED}, status = 'Scheduled', {SCHEDULED}, {GONE})"
 )
@@ -83,7 +87,7 @@ def panels() -> list[g.Panel | g.Row]:
             f"SELECT time, {LANE} AS vm, state FROM (SELECT observed_at AS time, {LANE_COLUMNS}, {STATE} AS state "
             f"FROM {DB}.transitions_by_time FINAL WHERE $__timeFilter(observed_at) AND kind != 'anomaly' "
             f"AND {lanes} UNION ALL SELECT toDateTime64($__fromTime, 3, 'UTC') AS time, {LANE_COLUMNS}, "
-            f"{at_start} AS state FROM {f.since(f.UNDER_WAY_IDS, 'event_vm_lifecycles')} WHERE {f.overlapping_range()} "
+            f"{at_start} AS state FROM {UNDER_WAY_VMS} WHERE {f.overlapping_range()} "
             f"AND first_seen_at < $__fromTime AND {lanes}) AS l INNER JOIN {f.event_sets(f.OVERLAPPING_IDS)} AS s "
             "USING (event_id) ORDER BY time, vm",
             format=g.FORMAT_TIME_SERIES,

@@ -196,3 +196,7 @@ def test_only_the_events_view_is_read_by_month(ch: Any, db: str) -> None:
     """event_vm_history is not partitioned: a bound on its view is refused, not ignored."""
     with pytest.raises(ValueError, match="rows_after"):
         event_sql.since("SELECT 'a'", "event_vm_lifecycles", f"{db}.", rows_after="now64(3)")
+    with pytest.raises(ValueError, match="rows_after"):
+        event_sql.stored("SELECT 'a'", "event_vm_history", f"{db}.", rows_after="now64(3)")
+    with pytest.raises(ValueError, match="event_history or event_vm_history"):
+        event_sql.stored("SELECT 'a'", "events", f"{db}.")

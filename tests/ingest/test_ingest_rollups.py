@@ -293,6 +293,13 @@ def test_event_sets_equal_the_sets_found_over_the_pairs(
     keys = _rows(ch, f"SELECT event_id, anyIf(fault_set_id, scale_set = '') FROM {pairs} GROUP BY event_id")
     kept = f"SELECT event_id, minIfMerge(set_key) FROM {rollup_db}.event_rollup GROUP BY event_id"
     assert _rows(ch, kept) == keys
+    # the stored rows read without the views' look-up of silent holders: what the views show of them
+    ids = f"SELECT event_id FROM {rollup_db}.event_rollup"
+    sets = event_sql.event_sets(ids, f"{rollup_db}.", rows_after="now64(3) - INTERVAL 100 YEAR")
+    assert _rows(ch, f"SELECT * FROM {sets}") == _rows(ch, f"SELECT event_id, availability_set FROM {rollup_db}.events")
+    shown = "event_id, vm_id, scale_set, fault_domain, vm_name, first_seen_at, started_at, ended_at"
+    vms = event_sql.stored(ids, "event_vm_history", f"{rollup_db}.", shown)
+    assert _rows(ch, f"SELECT * FROM {vms}") == _rows(ch, f"SELECT {shown} FROM {rollup_db}.event_vm_lifecycles")
 
 
 def test_backfill_covers_rows_stored_before_the_migration(ch: Any) -> None:
