@@ -169,18 +169,21 @@ def since(ids: str, view: str, platform: str = "") -> str:
     condition on ``azure_scheduled_events`` whose events only Azure's account has are shown too."""
     if view not in SINCE_VIEWS:
         raise ValueError(f"{view!r} is not one of {SINCE_VIEWS}")
-    # events: the months of event_history from the first sighting any event a panel shows can have (migration 0029);
-    # the active set's bound needs no range (alert rules read it too)
-    rows_after = (ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER) if view == "events" else ""
+    rows_after = _first_month(ids) if view == "events" else ""
     return event_sql.since(ids, view, f"{DB}.", platform=platform, rows_after=rows_after)
+
+
+def _first_month(ids: str) -> str:
+    """The months of event_history to read for the events ``ids`` selects: from the first sighting any of them can
+    have (migration 0029); the active set's bound needs no range (alert rules read it too)."""
+    return ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER
 
 
 def stored(ids: str) -> str:
     """The stored lifecycles of the events ``ids`` selects (event_history, newest version): for panels that show
     nothing that changes with time (no outcome, no end), so that they skip ``events``' look-up of the silence of
     the VMs holding events (``event_sql.stored``)."""
-    rows_after = ACTIVE_ROWS_AFTER if ids == ACTIVE_IDS else RANGE_ROWS_AFTER
-    return event_sql.stored(ids, "event_history", f"{DB}.", rows_after=rows_after)
+    return event_sql.stored(ids, "event_history", f"{DB}.", rows_after=_first_month(ids))
 
 
 # The events of Azure's account (central feed, Resource Graph) first published in the range or the lookback before

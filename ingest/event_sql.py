@@ -177,10 +177,10 @@ def hit_domains(keep: str, db: str = "", keys: tuple[str, ...] = (), rows_after:
     ``keep`` selects impact rows (a time range, filters on the VM's columns); rows of no event (unannounced) are
     left out. Per row: ``kept_`` (VMs hit), ``vms_`` (their ids as a ``groupBitmap`` state of 64-bit hashes, for
     ``groupBitmapMerge``), ``impact_`` (their downtime summed: each VM's is the sum of its observations) and ``max_``
-    (the longest VM's). Labels ``fault_set`` and
-    ``domain_label``, identity ``fault_set_id`` (group by it and ``domain_``): the set comes from the event's own
-    rollup row (its VMs outside scale sets, as ``scoped`` finds them), so the cost follows the downtime shown,
-    not the event's VMs. ``keys`` are more grouping expressions over impact rows (``expr AS alias``).
+    (the longest VM's). Labels ``fault_set`` and ``domain_label``, identity ``fault_set_id`` (group by it and
+    ``domain_``): the set comes from the event's own rollup row (its VMs outside scale sets, as ``scoped`` finds
+    them), so the cost follows the downtime shown, not the event's VMs. ``keys`` are more grouping expressions over
+    impact rows (``expr AS alias``).
     ``rows_after`` is a time (SQL) before which no rollup row of those events was written, so that the search for
     their sets skips older parts (empty searches the whole history).
     """
