@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,13 +79,16 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * _PAGE
 
 
-def peak_rss_bytes() -> int:
-    """The process's largest resident set so far (``VmHWM``)."""
+def peak_rss_bytes(sampled: Iterable[int] = ()) -> int:
+    """The process's largest resident set so far: ``VmHWM``, or the largest of ``sampled`` (``rss_bytes``) if that is
+    more. The kernel keeps the high-water mark from counters it sums lazily, so a sample can exceed it by a few
+    pages."""
+    peak = 0
     with open("/proc/self/status", encoding="ascii") as status:
         for line in status:
             if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+                peak = int(line.split()[1]) * 1024
+    return max([peak, *sampled])
 
 
 def disk_bytes(root: Path) -> int:
@@ -257,7 +260,7 @@ def sustained(args: argparse.Namespace, client: Any) -> dict[str, Any]:
         "backlog_at_end": end_backlog,
         "rss_first_third_median_bytes": statistics.median(w["rss_bytes"] for w in first),
         "rss_last_third_median_bytes": statistics.median(w["rss_bytes"] for w in last),
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes([w["rss_bytes"] for w in windows]),
         "lag_flat": lag_flat,
         "rss_flat": rss_flat,
     }
@@ -410,7 +413,7 @@ def catch_up(args: argparse.Namespace, client: Any) -> dict[str, Any]:
         "samples": samples,
         "rss_second_tenth_median_bytes": statistics.median(s["rss_bytes"] for s in second),
         "rss_last_tenth_median_bytes": statistics.median(s["rss_bytes"] for s in last),
-        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes([s["rss_bytes"] for s in samples]),
         "rss_flat": rss_flat,
     }
 
