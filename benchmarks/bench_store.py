@@ -1,5 +1,5 @@
 """What storing one small batch costs, and where it goes: the ingest's Handler against a bare insert of the same
-rows, then again after each materialized view of the record tables is dropped in turn.
+rows, and beside it the Handler with each materialized view of the record tables detached in turn.
 
 Run: ``.venv/bin/python benchmarks/bench_store.py [--batches 100] [--transitions 12] [--heartbeats 0] [--json FILE]``
 
@@ -18,8 +18,8 @@ The first step has every view. Then, for each view of ``transitions`` (and of ``
 ``--heartbeats``), a step adds a third path to the turns: the Handler while that view alone is detached. Its
 difference from the ingest path of the same step is what the view costs, both measured side by side (the engine's
 merges and the tables' growth hit both alike). The key look-up is also timed alone, on batches never stored (the
-common case). Wall and CPU are per batch (CPU: the whole process, the engine's background merges included),
-medians of the step's batches.
+common case). Wall and CPU are per batch (CPU: the whole process, the engine's background merges included; the
+garbage collector run before each call, untimed), medians of the step's batches.
 No goal: the figures say where the time goes. This machine's speed wanders from minute to minute (the raw insert
 of one run took 12 to 26 ms from step to step), so read each view's cost as its ratio to the raw insert of the
 same step.
@@ -36,20 +36,23 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from demo import synthetic
-from ingest.clickhouse import as_command, connect
-from ingest.handler import DEFAULT_LIMITS, Handler, prepare
-from ingest.migrate import Target, migrate
-from ingest.output import table
-from ingest.source import Delivery
-from ingest.writer import Writer
-from sevents.records import encode
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]  # run as a script: its sibling module by its package's name
+
+from benchmarks.bench_ingest import timed  # noqa: E402
+from demo import synthetic  # noqa: E402
+from ingest.clickhouse import as_command, connect  # noqa: E402
+from ingest.handler import DEFAULT_LIMITS, Handler, prepare  # noqa: E402
+from ingest.migrate import Target, migrate  # noqa: E402
+from ingest.output import table  # noqa: E402
+from ingest.source import Delivery  # noqa: E402
+from ingest.writer import Writer  # noqa: E402
+from sevents.records import encode  # noqa: E402
 
 OURS, RAW = "store_ours", "store_raw"
 WARM_UP = 5  # batches stored before each step is timed: the first inserts of a table cost more
@@ -100,37 +103,22 @@ def bare_copy(client: Any, source: str, target: str, name: str) -> None:
         client.command(f"ALTER TABLE {target}.{name} DROP INDEX {index}")
 
 
-def timed(call: Callable[[], object]) -> tuple[float, float]:
-    """(wall ms, CPU ms of the whole process) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    call()
-    return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
-
-
 def step(
     client: Any, handler: Handler, made: Iterator[list[Delivery]], count: int, view: str | None = None
 ) -> dict[str, float]:
-    """``count`` rounds of the paths in turns, each on batches of its own; medians per batch. With ``view``, a
+    """``count`` rounds of the paths in turns, each on batches of its own; medians per batch (ms). With ``view``, a
     third path: the Handler while that view is detached (attached again before the next path runs)."""
-
-    def without() -> Callable[[], object]:
-        deliveries = next(made)
-
-        def store() -> None:
-            handler(deliveries)
-
-        return store
-
     spent: dict[str, list[float]] = {}
     for index in range(WARM_UP + count):
         deliveries = next(made)
-        arrow = prepare(deliveries, source="bench", limits=DEFAULT_LIMITS, received_at=synthetic.BASE_TIME)[0]
+        decoded = prepare(deliveries, source="bench", limits=DEFAULT_LIMITS, received_at=synthetic.BASE_TIME)[0]
         paths: dict[str, Callable[[], object]] = {
-            "raw": lambda arrow=arrow.columns["transitions"]: client.insert_arrow(f"{RAW}.transitions", arrow),
+            "raw": lambda rows=decoded.columns["transitions"]: client.insert_arrow(f"{RAW}.transitions", rows),
             "ingest": lambda deliveries=deliveries: handler(deliveries),
         }
         if view is not None:
-            paths["without"] = without()
+            apart = next(made)  # its own records: the ingest path's are stored by then
+            paths["without"] = lambda apart=apart: handler(apart)
         names = list(paths)
         for name in names[index % len(names) :] + names[: index % len(names)]:
             if name == "without":
@@ -141,8 +129,8 @@ def step(
                 if name == "without":
                     client.command(f"ATTACH TABLE {OURS}.{view}")
             if index >= WARM_UP:
-                spent.setdefault(f"{name}_ms", []).append(wall)
-                spent.setdefault(f"{name}_cpu_ms", []).append(cpu)
+                spent.setdefault(f"{name}_ms", []).append(wall * 1000)
+                spent.setdefault(f"{name}_cpu_ms", []).append(cpu * 1000)
     return {key: round(statistics.median(values), 2) for key, values in spent.items()}
 
 
@@ -151,7 +139,7 @@ def lookup_alone(handler: Handler, made: Iterator[list[Delivery]], count: int) -
     spent = []
     for _ in range(count):
         batch = prepare(next(made), source="bench", limits=DEFAULT_LIMITS, received_at=synthetic.BASE_TIME)[0]
-        spent.append(timed(lambda batch=batch: handler.writer.stored_versions(batch))[0])
+        spent.append(timed(lambda batch=batch: handler.writer.stored_versions(batch))[0] * 1000)
     return round(statistics.median(spent), 2)
 
 
@@ -234,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = {
             "batch": {"transitions": args.transitions, "heartbeats": args.heartbeats},
             "batches_per_step": args.batches,
+            "warm_up_batches": WARM_UP,
             "views": [view for _, view in views],
             "steps": steps,
             "lookup_ms": lookup_ms,
