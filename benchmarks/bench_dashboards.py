@@ -51,6 +51,11 @@ What is measured (``--modes``), each at 10% and at 100% of the year, ``--runs`` 
   each sending all its panel queries at once (a thread per panel request, like Grafana's parallel panel
   requests); per viewer, the time until its last panel completed. ``dashboards-selection``: the same with the
   concrete selection. The variable queries Grafana runs before the panels are not part of it (see ``selection``).
+  Beside it, what one viewer costs: each dashboard's queries one after another on one client, the CPU time of
+  this process (the engine runs in it). Times the viewers over the cores, that is the soonest they could all be
+  served however well the cores were shared: the floor under the measured p95, printed beside it. A floor above
+  the goal says the goal is out of reach at these per-query costs, whatever the scheduling, and how much CPU a
+  panel may cost on average for it to be within reach.
 
 Concurrency on the embedded engine: one chDB engine per process and directory; any number of connections to it,
 whose queries run in parallel (the engine releases the GIL). A clickhouse-connect chdb client holds one
@@ -106,6 +111,7 @@ HEARTBEAT_ROWS_PER_INSERT = 10_000_000
 SILENT_EVERY = 200  # while measuring, one VM in this many has a silent collector (the others beat each minute)
 VIEWERS = 5
 DASHBOARD_GOAL_MS = 500.0
+CORES = len(os.sched_getaffinity(0))  # what the engine's threads may use here
 
 
 @dataclass(frozen=True)
@@ -749,6 +755,66 @@ def measure_dashboards(
     return out
 
 
+def measure_cpu_alone(client: Any, boards: Mapping[str, list[str]], runs: int) -> dict[str, list[float]]:
+    """What one viewer of each dashboard costs the engine: its panel queries one after another on one client, the
+    CPU milliseconds of this process (the embedded engine runs in it, every thread counted; background merges,
+    settled before measuring, would count too), ``runs`` rounds."""
+    out: dict[str, list[float]] = {uid: [] for uid in boards}
+    for _ in range(runs):
+        for uid, sqls in boards.items():
+            began = time.process_time()
+            for sql in sqls:
+                client.query(sql)
+            out[uid].append((time.process_time() - began) * 1000)
+    return out
+
+
+def cpu_floor(
+    timings: Mapping[str, Mapping[str, list[float]]], viewers: int, cores: int, goal_ms: float = DASHBOARD_GOAL_MS
+) -> dict[str, dict[str, float]]:
+    """Per dashboard, the soonest ``viewers`` viewers could all be served if ``cores`` cores shared their work
+    perfectly (each viewer's CPU alone x viewers / cores): a measured p95 below it is impossible, and a floor above
+    the goal means no scheduling meets it at these per-query costs. ``panel_budget_ms`` is the CPU a panel may
+    cost, on average, for the goal to be within reach."""
+    out = {}
+    for uid, series in timings.items():
+        cpu = statistics.median(series["one_viewer_cpu_ms"])
+        panels = len(series["request_ms"]) // len(series["viewer_ms"])
+        out[uid] = {
+            "one_viewer_cpu_ms": cpu,
+            "least_ms": viewers * cpu / cores,
+            "measured_p95_ms": p95(list(series["viewer_ms"])),
+            "panel_budget_ms": goal_ms * cores / viewers / panels,
+            "panel_cpu_ms": cpu / panels,
+        }
+    return out
+
+
+def print_floor(floor: Mapping[str, Mapping[str, float]], viewers: int, cores: int, goal_ms: float) -> str:
+    """The floor of each dashboard beside its measured p95 and the goal; returns the verdict line."""
+    print(
+        f"\nthe least time {viewers} viewers can take on {cores} cores (each viewer's CPU alone x {viewers} / "
+        f"{cores}), against the measured p95 and the goal ({goal_ms:.0f} ms): ms"
+    )
+    print(f"{'CPU/view':>8} {'least':>8} {'p95':>8} {'p95/least':>9} {'per panel':>9} {'allowed':>8}  dashboard")
+    beyond = []
+    for uid, f in sorted(floor.items(), key=lambda item: -item[1]["least_ms"]):
+        if f["least_ms"] > goal_ms:
+            beyond.append(uid)
+        flag = "  <-- out of reach at these costs" if f["least_ms"] > goal_ms else ""
+        print(
+            f"{f['one_viewer_cpu_ms']:8.1f} {f['least_ms']:8.1f} {f['measured_p95_ms']:8.1f} "
+            f"{f['measured_p95_ms'] / f['least_ms']:9.2f} {f['panel_cpu_ms']:9.1f} {f['panel_budget_ms']:8.1f}  "
+            f"{uid}{flag}"
+        )
+    return f"CPU floor of {viewers} viewers on {cores} cores: " + (
+        f"{len(beyond)} of {len(floor)} dashboards cannot meet {goal_ms:.0f} ms at these per-query costs "
+        f"({', '.join(beyond)})"
+        if beyond
+        else f"every dashboard within {goal_ms:.0f} ms if perfectly shared"
+    )
+
+
 def p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20, method="inclusive")[18] if len(values) > 1 else values[0]
 
@@ -845,6 +911,8 @@ def measure_phase(client: Any, target: str, fleet: Fleet, args: argparse.Namespa
         else:
             sqls = {uid: [sql for sql, _ctx in board.values()] for uid, board in boards.items()}
             out["timings"][mode] = measure_dashboards(target, sqls, args.runs, args.viewers)
+            for uid, cpu in measure_cpu_alone(client, sqls, args.runs).items():
+                out["timings"][mode][uid]["one_viewer_cpu_ms"] = cpu
         if concrete:
             out.setdefault("selection", {uid: _shown(s) for uid, s in selections.items()})
         out["load_average"][mode] = [before, _load_average()]
@@ -896,6 +964,10 @@ def measure_kept(args: argparse.Namespace) -> int:
             missed_any = missed_any or late
             flag = "  <-- misses" if late else ""
             print(f"{statistics.median(series[name]):8.1f} {p95(series[name]):8.1f}  {name}{flag}")
+        if dashboards:
+            floor = cpu_floor(timings, args.viewers, CORES)
+            print(print_floor(floor, args.viewers, CORES, DASHBOARD_GOAL_MS))
+            document.setdefault("floors", {})[mode] = floor
     if args.json:
         args.json.write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
     return 1 if args.strict and missed_any else 0
@@ -1083,6 +1155,9 @@ def main(argv: list[str] | None = None) -> int:
             title = f"mode {mode}: {args.viewers} viewers open each dashboard at once, every panel concurrent;"
             print_table(f"{title} until the last panel is shown", rows, missed, "dashboard")
             verdicts.append(verdict(f"whole dashboards ({mode})", rows, missed, DASHBOARD_GOAL_MS))
+            floor = cpu_floor(full, args.viewers, CORES)
+            verdicts.append(f"{print_floor(floor, args.viewers, CORES, DASHBOARD_GOAL_MS)} ({mode}, 100%)")
+            document.setdefault("floors", {})[mode] = floor
         else:
             rows, missed = report(small, full)
             for row in rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -49,11 +50,12 @@ def test_benchmark_runs_every_query_on_a_consistent_fleet(tmp_path: Path) -> Non
 
 def test_every_panel_is_measured_three_ways(tmp_path: Path) -> None:
     """Alone with All, alone with one value of each variable (one VM of the chosen scale set), and as whole
-    dashboards: a sample per viewer per round at each size."""
+    dashboards: a sample per viewer per round at each size, and each dashboard's CPU floor beside it."""
     out = tmp_path / "bench.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_dashboards.py"), "--vms", "200", "--runs", "2"]
     command += ["--transitions", "15000", "--modes", "all,selection,dashboards-selection", "--viewers", "2"]
-    subprocess.run([*command, "--json", str(out)], check=True, capture_output=True, timeout=600)
+    shown = subprocess.run([*command, "--json", str(out)], check=True, capture_output=True, text=True, timeout=600)
+    result_text = shown.stdout
     result = json.loads(out.read_text(encoding="utf-8"))
     modes = result["modes"]
     assert set(modes) == {"all", "selection", "dashboards-selection"}
@@ -78,6 +80,18 @@ def test_every_panel_is_measured_three_ways(tmp_path: Path) -> None:
             panels = row["panels"]
             mine = [raw["request_ms"][n * panels : (n + 1) * panels] for n in range(len(raw["viewer_ms"]))]
             assert raw["viewer_ms"] == [max(requests) for requests in mine]
+            assert len(raw["one_viewer_cpu_ms"]) == 2 and min(raw["one_viewer_cpu_ms"]) > 0  # a figure per run
+    # the CPU floor: one viewer's CPU alone (the median of the runs) times the viewers over the cores, beside the
+    # measured p95 and the CPU a panel may cost for the goal to be within reach
+    floors = result["floors"]["dashboards-selection"]
+    assert set(floors) == {row["query"] for row in boards["rows"]}
+    for row in boards["rows"]:
+        floor, raw = floors[row["query"]], boards["raw"]["100pct"][row["query"]]
+        assert floor["one_viewer_cpu_ms"] == statistics.median(raw["one_viewer_cpu_ms"])
+        assert floor["least_ms"] == pytest.approx(2 * floor["one_viewer_cpu_ms"] / bench_dashboards.CORES)
+        assert floor["measured_p95_ms"] == row["p95_ms_100pct"]
+        assert floor["panel_budget_ms"] == pytest.approx(500 * bench_dashboards.CORES / 2 / row["panels"])
+    assert "CPU floor of 2 viewers on" in result_text
 
 
 def test_a_kept_year_is_measured_again_by_this_version_with_a_live_fleet(tmp_path: Path) -> None:
