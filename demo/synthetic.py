@@ -9,7 +9,10 @@ from typing import Any
 from dashboards.report_data import Filters, ReportData
 from sevents import records
 
-BASE_TIME = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+# Noon UTC four and a half to five and a half days ago: older than a collector's retirement (3 days), within the
+# heartbeats' retention (7 days) and the 30 days an event stays held, whatever day the records are made on (a
+# fixed date aged past the retention, and the heartbeats made at it were dropped as they were stored).
+BASE_TIME = (datetime.now(UTC) - timedelta(days=5)).replace(hour=12, minute=0, second=0, microsecond=0)
 
 
 def vm(index: int, *, fault_domains: int = 3) -> dict[str, Any]:

@@ -162,7 +162,8 @@ def test_every_query_runs_on_an_empty_schema(ch: Any, db: str) -> None:
 
 def test_output_formats_table_json_csv() -> None:
     """One result renders as an aligned table, JSON objects and CSV with a header."""
-    result = Result(("vm", "at", "fds", "note"), [("vm-1", BASE, [0, 2], None), ("vm-22", BASE, [], "a,b")])
+    at = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    result = Result(("vm", "at", "fds", "note"), [("vm-1", at, [0, 2], None), ("vm-22", at, [], "a,b")])
     table = render(result, "table").splitlines()
     assert table[0].split() == ["vm", "at", "fds", "note"]
     assert table[2].startswith("vm-1   2026-11-21T12:00:00.000Z  0,2")

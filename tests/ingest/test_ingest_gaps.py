@@ -22,7 +22,7 @@ from ingest.reconcile import Store
 
 from .conftest import deliveries
 
-BASE = synthetic.BASE_TIME  # 2026-11-21 12:00 UTC
+BASE = synthetic.BASE_TIME  # noon UTC, about five days ago
 SUB = "11111111-2222-3333-4444-555555555555"
 WINDOW = {"since": BASE - timedelta(hours=6), "until": BASE + timedelta(hours=6)}
 REBOOT = "VirtualMachineRebootInitiatedForPlannedMaintenance"
