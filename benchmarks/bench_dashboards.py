@@ -773,9 +773,9 @@ def cpu_floor(
     timings: Mapping[str, Mapping[str, list[float]]], viewers: int, cores: int, goal_ms: float = DASHBOARD_GOAL_MS
 ) -> dict[str, dict[str, float]]:
     """Per dashboard, the soonest ``viewers`` viewers could all be served if ``cores`` cores shared their work
-    perfectly (each viewer's CPU alone x viewers / cores): a measured p95 below it is impossible, and a floor above
-    the goal means no scheduling meets it at these per-query costs. ``panel_budget_ms`` is the CPU a panel may
-    cost, on average, for the goal to be within reach."""
+    perfectly (each viewer's CPU alone x viewers / cores): a measured p95 well below it would mean queries at once
+    cost less than alone, and a floor above the goal means no scheduling meets it at these per-query costs.
+    ``panel_budget_ms`` is the CPU a panel may cost, on average, for the goal to be within reach."""
     out = {}
     for uid, series in timings.items():
         cpu = statistics.median(series["one_viewer_cpu_ms"])
@@ -797,11 +797,9 @@ def print_floor(floor: Mapping[str, Mapping[str, float]], viewers: int, cores: i
         f"{cores}), against the measured p95 and the goal ({goal_ms:.0f} ms): ms"
     )
     print(f"{'CPU/view':>8} {'least':>8} {'p95':>8} {'p95/least':>9} {'per panel':>9} {'allowed':>8}  dashboard")
-    beyond = []
+    beyond = [uid for uid, f in floor.items() if f["least_ms"] > goal_ms]
     for uid, f in sorted(floor.items(), key=lambda item: -item[1]["least_ms"]):
-        if f["least_ms"] > goal_ms:
-            beyond.append(uid)
-        flag = "  <-- out of reach at these costs" if f["least_ms"] > goal_ms else ""
+        flag = "  <-- out of reach at these costs" if uid in beyond else ""
         print(
             f"{f['one_viewer_cpu_ms']:8.1f} {f['least_ms']:8.1f} {f['measured_p95_ms']:8.1f} "
             f"{f['measured_p95_ms'] / f['least_ms']:9.2f} {f['panel_cpu_ms']:9.1f} {f['panel_budget_ms']:8.1f}  "
